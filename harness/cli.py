@@ -1,0 +1,122 @@
+"""`nograd`: the command line each Snakemake rule calls, usable on its own too.
+
+Each command takes the experiment config (`--config FILE` or `--config-json TEXT`, the form
+the Snakefile passes) and the paths of its inputs and outputs. An error the user can fix ends
+the command with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness import config as configuration
+from harness.errors import NogradError
+
+
+def _config(args) -> configuration.Config:
+    if args.config_json:
+        return configuration.validate(json.loads(args.config_json), source="config")
+    return configuration.load(args.config)
+
+
+def cmd_schema(args) -> None:
+    sys.stdout.write(configuration.schema_yaml())
+
+
+def cmd_prepare_model(args) -> None:
+    from harness import models
+
+    manifest = models.prepare(_config(args).model, args.out.parent)
+    print(f"model {manifest['name']}: {manifest['source']} -> {manifest['path']}")
+
+
+def cmd_prepare_data(args) -> None:
+    from harness import data
+
+    manifest = data.prepare(_config(args), args.task, args.out.parent)
+    for split in ("train", "test"):
+        print(f"{args.task} {split}: {manifest[split]['size']} problems from {data.describe(manifest[split])}")
+
+
+def cmd_init_tracking(args) -> None:
+    from harness import tracking
+    from harness.outputs import write_json
+
+    write_json(args.out, tracking.init(_config(args)))
+
+
+def cmd_train(args) -> None:
+    from harness import training
+
+    training.train(_config(args), args.method, args.task, args.seed, args.model, args.data, args.tracking, args.out)
+
+
+def cmd_evaluate(args) -> None:
+    from evals import evaluate
+
+    result = evaluate.evaluate(_config(args), args.method, args.task, args.seed, args.artifact, args.data,
+                               args.tracking, args.out)
+    print(f"{args.method} {args.task} seed{args.seed}: greedy {result['greedy']['value']:.3f}, "
+          + ", ".join(f"pass@{r['k']} {r['value']:.3f}" for r in result["pass_at_k"]))
+
+
+def cmd_collect(args) -> None:
+    from reports import build
+
+    summary = build.collect(_config(args), args.metrics, args.model, args.data, args.out)
+    print(f"collected {len(summary['results'])} results into {args.out}")
+
+
+def cmd_report(args) -> None:
+    from reports import build
+
+    paths = build.report(_config(args), args.summary, args.tracking, args.out.parent)
+    print("report: " + ", ".join(str(p) for p in paths.values()))
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="nograd", description=__doc__.splitlines()[0])
+    commands = root.add_subparsers(dest="command", required=True)
+
+    def command(name, func, help, **paths):
+        sub = commands.add_parser(name, help=help)
+        if name != "schema":
+            given = sub.add_mutually_exclusive_group(required=True)
+            given.add_argument("--config", type=Path, help="experiment config file (YAML)")
+            given.add_argument("--config-json", help="experiment config as JSON (what the Snakefile passes)")
+        for flag, kwargs in paths.items():
+            sub.add_argument(f"--{flag}", **kwargs)
+        sub.set_defaults(func=func)
+
+    path = dict(type=Path, required=True)
+    run = dict(method=dict(required=True), task=dict(required=True), seed=dict(type=int, required=True))
+    command("schema", cmd_schema, "print the config schema generated from the config dataclasses")
+    command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
+    command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
+    command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)
+    command("train", cmd_train, "train one (method, task, seed)", **run, model=path, data=path, tracking=path,
+            out=path)
+    command("evaluate", cmd_evaluate, "evaluate one trained artifact", **run, artifact=path, data=path,
+            tracking=path, out=path)
+    files = dict(type=Path, nargs="+", required=True)
+    command("collect", cmd_collect, "gather every evaluation result into one summary", metrics=files, model=path,
+            data=files, out=path)
+    command("report", cmd_report, "render the report from the summary and log it to MLflow", summary=path,
+            tracking=path, out=path)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except NogradError as error:
+        print(f"nograd {args.command}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

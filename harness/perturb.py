@@ -1,0 +1,56 @@
+"""Seeded Gaussian perturbations applied in place: the "seed trick" of MeZO and the ES methods.
+
+Only (seed, scale) is ever stored; the noise is regenerated tensor by tensor when needed, so a
+perturbation costs one tensor-sized buffer, not a copy of the model.
+
+Noise modes:
+- "iid" (default): tensor i draws from a generator seeded by (seed, i), so tensors get
+  independent noise (as MeZO's sequential generator does).
+- "shared": every tensor re-seeds with `seed`, as the RandOpt, CoRP, ESSAM and Qiu et al. code
+  does; tensors of equal shape then receive identical noise. Offered for fidelity.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal, Sequence
+
+import numpy as np
+import torch
+
+NoiseMode = Literal["iid", "shared"]
+
+
+def tensor_seed(seed: int, index: int, mode: NoiseMode = "iid") -> int:
+    if mode == "shared":
+        return int(seed)
+    # SeedSequence mixes (seed, index) so neighbouring seeds do not give correlated streams.
+    return int(np.random.SeedSequence([int(seed), index]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def noise(param: torch.Tensor, seed: int, index: int, mode: NoiseMode = "iid") -> torch.Tensor:
+    """The standard-normal noise of tensor `index` under `seed`: fp32, on the tensor's device."""
+    generator = torch.Generator(device=param.device).manual_seed(tensor_seed(seed, index, mode))
+    return torch.randn(param.shape, generator=generator, device=param.device, dtype=torch.float32)
+
+
+@torch.no_grad()
+def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: NoiseMode = "iid") -> None:
+    """params += scale * noise(seed), tensor by tensor, in place."""
+    for index, param in enumerate(params):
+        param.add_(noise(param, seed, index, mode).to(param.dtype), alpha=scale)
+
+
+@torch.no_grad()
+def combine_(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]], mode: NoiseMode = "iid") -> None:
+    """params += sum_j coef_j * noise(seed_j): an ES or zeroth-order update, accumulated in fp32."""
+    terms = list(terms)
+    for index, param in enumerate(params):
+        total = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
+        for seed, coef in terms:
+            total.add_(noise(param, seed, index, mode), alpha=coef)
+        param.add_(total.to(param.dtype))
+
+
+def trainable(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The parameters a full-parameter method perturbs, in a fixed order (tied weights once)."""
+    return list(model.parameters())

@@ -1,0 +1,214 @@
+"""The training run every method gets: model, data, reward, metered rollouts and losses,
+logging, resumable checkpoints and the artifact it leaves.
+
+A method receives a `Run` and returns an artifact description made by one of the `Run.save_*`
+methods; it never opens MLflow, measures itself or writes declared outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import mlflow
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from tqdm.auto import tqdm
+
+from evals.sampler import Completion, SamplingParams, prompt_text, sample
+from evals.tasks import get_task
+from evals.tasks.base import Problem
+from harness import data, meters, models, tracking
+from harness.config import Config, config_hash
+from harness.errors import NogradError
+from harness.outputs import atomic_dir, read_json, write_json
+from methods import get_method
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Run:
+    """What a method works with. Attributes a method may read: `config` (the whole experiment
+    config), `model`, `tokenizer`, `task`, `train` (the training problems), `rng` (a numpy
+    Generator seeded by the run's seed) and `state` (a dict the method fills with whatever it
+    must carry across a resume; it is saved with every checkpoint)."""
+
+    def __init__(self, cfg: Config, method: str, task: str, seed: int, model_manifest: dict,
+                 data_dir: Path, out_dir: Path, work_dir: Path) -> None:
+        self.config, self.method, self.seed = cfg, method, seed
+        self.task = get_task(task)
+        self.train: list[Problem] = data.read_split(data_dir / "train.jsonl")
+        self.model_manifest = model_manifest
+        self.model, self.tokenizer = models.load(model_manifest, cfg.dtype, cfg.device)
+        self.meters = meters.Meters()
+        self.meters.attach(self.model)
+        self.rng = np.random.default_rng(seed)
+        self.state: dict = {}
+        self.history: list[dict] = []
+        self.out_dir, self.work_dir = out_dir, work_dir
+        self._step = 0
+
+    # ------------------------------------------------------------------ data and reward
+
+    def batch(self, size: int) -> list[Problem]:
+        """`size` training problems drawn uniformly without replacement from the run's generator."""
+        picks = self.rng.choice(len(self.train), size=min(size, len(self.train)), replace=False)
+        return [self.train[i] for i in picks]
+
+    def prompts(self, problems: Sequence[Problem]) -> list[str]:
+        return [prompt_text(self.tokenizer, self.task.messages(p)) for p in problems]
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        """Correctness (0/1) plus the configured format term, counted as one reward call."""
+        self.meters.count("reward_calls")
+        with self.meters.phase("score"):
+            try:
+                correct = self.task.is_correct(problem, completion)
+                formatted = self.task.has_format(completion)
+            except Exception as error:
+                raise NogradError(
+                    f"task {self.task.name}: reward failed on problem {problem.id} "
+                    f"({type(error).__name__}: {error}); completion: {completion[:200]!r}"
+                ) from error
+        return float(correct) + self.config.reward.format_weight * float(formatted)
+
+    def rollout(self, problems: Sequence[Problem], n: int = 1, temperature: float = 0.0,
+                top_p: float = 1.0) -> tuple[list[list[Completion]], np.ndarray]:
+        """`n` completions per problem through the metered sampler, and their rewards [problems, n]."""
+        params = SamplingParams(
+            n=n, temperature=temperature, top_p=top_p, max_new_tokens=self.config.training.max_new_tokens,
+            seed=int(self.rng.integers(2**31)), batch_size=self.config.evaluation.batch_size,
+        )
+        completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
+        rewards = np.array([[self.reward(p, c.text) for c in row] for p, row in zip(problems, completions)])
+        return completions, rewards
+
+    def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
+        """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
+        missing = [p.id for p in problems if not p.solution]
+        if missing:
+            raise NogradError(f"task {self.task.name}: no reference solution for {missing[0]} (loss objectives need one)")
+        prompts = self.prompts(problems)
+        eos = self.tokenizer.eos_token or ""
+        rows, masks = [], []
+        for prompt, problem in zip(prompts, problems):
+            prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            answer_ids = self.tokenizer(problem.solution + eos, add_special_tokens=False)["input_ids"]
+            rows.append(prompt_ids + answer_ids)
+            masks.append([0] * len(prompt_ids) + [1] * len(answer_ids))
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        # Right padding keeps every row's positions as they would be unpadded.
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.model.device)
+        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.model.device)
+        target_mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=self.model.device)
+        with self.meters.phase("forward"), torch.set_grad_enabled(grad):
+            logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+            weights = target_mask[:, 1:].to(nll.dtype)
+            return (nll * weights).sum(1) / weights.sum(1)
+
+    # ------------------------------------------------------------------ logging and steps
+
+    def log(self, **metrics: float) -> None:
+        """Step metrics (the method's own), logged beside every meter at the current step."""
+        record = {**{k: float(v) for k, v in metrics.items()}, **self.meters.snapshot()}
+        self.history.append({"step": self._step, **record})
+        mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
+
+    def steps(self, total: int) -> Iterator[int]:
+        """The step loop: resumes after the last checkpoint, checkpoints every `checkpoint_every` steps."""
+        start = self._resume()
+        every = self.config.training.checkpoint_every
+        bar = tqdm(range(start, total), initial=start, total=total, desc=f"train {self.method}", unit="step",
+                   mininterval=2.0)
+        for step in bar:
+            self._step = step
+            yield step
+            last = self.history[-1] if self.history and self.history[-1]["step"] == step else {}
+            bar.set_postfix({k: f"{v:.4g}" for k, v in last.items() if k in ("reward", "loss")})
+            if (step + 1) % every == 0 and step + 1 < total:
+                self._checkpoint(step + 1)
+
+    def _checkpoint(self, next_step: int) -> None:
+        with atomic_dir(self.work_dir / "checkpoint") as tmp:
+            save_model(self.model, tmp / "model.safetensors")
+            torch.save(
+                {
+                    "step": next_step,
+                    "rng": self.rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "state": self.state,
+                    "history": self.history,
+                    "counts": self.meters.counts,
+                    "seconds": dict(self.meters.seconds),
+                    "elapsed": self.meters.snapshot()["wall_clock_s"],
+                },
+                tmp / "state.pt",
+            )
+
+    def _resume(self) -> int:
+        checkpoint = self.work_dir / "checkpoint"
+        if not (checkpoint / "state.pt").exists():
+            return 0
+        saved = torch.load(checkpoint / "state.pt", weights_only=False)
+        load_model(self.model, checkpoint / "model.safetensors")
+        self.rng.bit_generator.state = saved["rng"]
+        torch.set_rng_state(saved["torch_rng"])
+        self.state, self.history = saved["state"], saved["history"]
+        self.meters.counts.update(saved["counts"])
+        self.meters.seconds.update(saved["seconds"])
+        self.meters.started -= saved["elapsed"]
+        return saved["step"]
+
+    # ------------------------------------------------------------------ artifacts
+
+    def base_artifact(self) -> dict:
+        """The untrained starting model."""
+        return {"kind": "model", "path": self.model_manifest["path"], "trained": False}
+
+    def save_model(self) -> dict:
+        """The trained model in the standard format `from_pretrained` loads."""
+        path = self.out_dir / "model"
+        with atomic_dir(path) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+        return {"kind": "model", "path": str(path.resolve()), "trained": True}
+
+
+def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
+          tracking_file: Path, out: Path) -> dict:
+    """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`."""
+    spec = get_method(method)
+    out_dir = out.parent
+    work_dir = Path("results/work/train") / method / task / f"seed{seed}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)
+    run = Run(cfg, method, task, seed, read_json(model_manifest), data_dir, out_dir, work_dir)
+    manifest = read_json(data_dir / "manifest.json")
+    run_id_file = work_dir / "mlflow_run_id"
+    resume_id = run_id_file.read_text().strip() if run_id_file.exists() else None
+    tags = {
+        "nograd.kind": "train", "nograd.method": method, "nograd.task": task, "nograd.seed": str(seed),
+        "nograd.model": f"{run.model_manifest['name']} ({run.model_manifest['source']})",
+        "nograd.data_train": data.describe(manifest["train"]), "nograd.data_train_hash": manifest["train"]["hash"],
+    }
+    with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
+        run_id_file.write_text(active.info.run_id)
+        artifact = spec.train(cfg.methods[method], run)
+        final = run.meters.snapshot()
+        mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
+        result = {"method": method, "task": task, "seed": seed, "run_id": active.info.run_id,
+                  "config_hash": config_hash(cfg), "meters": final, "history": run.history,
+                  "trained": artifact.get("trained", True)}
+        write_json(out_dir / "metrics.json", result)
+        mlflow.log_artifact(str(out_dir / "metrics.json"))
+        write_json(out, {**artifact, "run_id": active.info.run_id, "base": run.model_manifest["path"]})
+    return artifact

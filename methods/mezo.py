@@ -1,0 +1,88 @@
+"""MeZO: memory-efficient zeroth-order optimisation (Malladi et al., NeurIPS 2023, arXiv 2305.17333).
+
+Algorithm (SPSA with one direction per step, as in `princeton-nlp/MeZO` `zo_step` / `zo_update`):
+
+    for t = 1..T:
+        draw a batch B and a step seed s; z ~ N(0, I) regenerated from s, never stored
+        theta <- theta + eps z;  l+ = L(theta; B)
+        theta <- theta - 2 eps z; l- = L(theta; B)
+        theta <- theta + eps z                       (restore)
+        g = (l+ - l-) / (2 eps)                      (projected gradient, a scalar)
+        theta <- theta - lr (g z + wd theta)         (z regenerated from s; no decay on biases/norms)
+
+Two forward passes over B per step, inference-level memory. The objective is MeZO's own
+(`objective: loss`, cross-entropy of the task's reference solutions, an SFT objective) or, for
+tasks read as RL, minus the mean training reward of greedy rollouts (`objective: reward`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import torch
+
+from harness.perturb import NoiseMode, perturb_, trainable
+from methods import register
+
+
+@dataclass
+class MeZOConfig:
+    """MeZO's defaults for full-parameter fine-tuning (`large_models/mezo.sh`, README)."""
+
+    steps: int = 20000
+    """Optimisation steps T."""
+    lr: float = 1e-6
+    """Learning rate eta (README: 1e-6 or 1e-7 for full parameters)."""
+    eps: float = 1e-3
+    """Perturbation scale epsilon."""
+    batch_size: int = 16
+    """Training problems per step; both forward passes use the same batch."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay lambda, not applied to biases and norm weights."""
+    objective: Literal["loss", "reward"] = "loss"
+    """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean greedy-rollout reward."""
+    noise: Literal["iid", "shared"] = "iid"
+    """Noise across tensors: independent per tensor (MeZO) or one seed re-used for every tensor."""
+
+
+def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor], seed: int, eps: float,
+            noise: NoiseMode = "iid") -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-point SPSA: returns (per-example projected gradients, per-example mean loss).
+
+    `objective` returns a loss per example; the directional derivative of each example along z
+    is (l+_j - l-_j) / (2 eps). The parameters are restored before returning.
+    """
+    perturb_(params, seed, eps, noise)
+    plus = objective()
+    perturb_(params, seed, -2 * eps, noise)
+    minus = objective()
+    perturb_(params, seed, eps, noise)
+    return (plus - minus) / (2 * eps), (plus + minus) / 2
+
+
+@torch.no_grad()
+def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, lr: float, weight_decay: float,
+              noise: NoiseMode = "iid") -> None:
+    """theta <- theta - lr (g z + wd theta), z regenerated from the step seed."""
+    if weight_decay:
+        for param in params:
+            if param.ndim >= 2:  # MeZO decays neither biases nor LayerNorm weights
+                param.mul_(1 - lr * weight_decay)
+    perturb_(params, seed, -lr * projected_grad, noise)
+
+
+@register("mezo", config=MeZOConfig, paper="Malladi et al. 2023, Fine-Tuning Language Models with Just Forward Passes, NeurIPS (arXiv 2305.17333)")
+def train(config: MeZOConfig, run) -> dict:
+    params = trainable(run.model)
+    for step in run.steps(config.steps):
+        batch = run.batch(config.batch_size)
+        if config.objective == "loss":
+            objective = lambda: run.loss(batch)  # noqa: E731
+        else:
+            objective = lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])  # noqa: E731
+        seed = int(run.rng.integers(2**31))
+        grads, loss = zo_step(params, objective, seed, config.eps, config.noise)
+        zo_update(params, seed, grads.mean().item(), config.lr, config.weight_decay, config.noise)
+        run.log(loss=loss.mean().item(), projected_grad=grads.mean().item())
+    return run.save_model()
