@@ -140,6 +140,8 @@ def _type_schema(hint: Any) -> dict:
         return {"type": "string"}
     if origin is Literal:
         return {"enum": list(typing.get_args(hint))}
+    if origin is dict:
+        return {"type": "object"}  # its entries are filled in by schema(), from the registries
     if origin is list:
         return {"type": "array", "items": _type_schema(typing.get_args(hint)[0])}
     if origin in (typing.Union, types.UnionType):

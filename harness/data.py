@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import socket
+import urllib.parse
 from pathlib import Path
 
 from evals.tasks import get_task
@@ -24,6 +26,22 @@ SUBSET_SEED = 0
 def data_dir(cfg: Config) -> Path | None:
     where = cfg.data_dir or os.environ.get("NOGRAD_DATA_DIR")
     return Path(where) if where else None
+
+
+def skip_unreachable_hub() -> None:
+    """Offline, `datasets` retries the hub for about 20 s per split; one quick probe saves that.
+
+    When the hub does not answer, set HF_HUB_OFFLINE=1 for this process so the tasks go straight
+    to their offline sources. It must happen before `huggingface_hub` or `datasets` is imported:
+    both read the variable once, at import.
+    """
+    if os.environ.get("HF_HUB_OFFLINE"):
+        return
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=10).close()
+    except OSError:  # no route, no DNS, refused: all mean the hub cannot be used from here
+        os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def _normalised(text: str) -> str:
@@ -48,6 +66,7 @@ def read_split(path: Path) -> list[Problem]:
 def prepare(cfg: Config, task_name: str, out_dir: Path) -> dict:
     """Write `train.jsonl`, `test.jsonl` and (last) `manifest.json` for one task."""
     task, sizes = get_task(task_name), cfg.tasks[task_name]
+    skip_unreachable_hub()
     try:
         test, test_source = task.load("test", data_dir(cfg))
         train, train_source = task.load("train", data_dir(cfg))

@@ -1,0 +1,166 @@
+# nograd: post-train a model with each method on each task and seed, evaluate every result
+# the same way, and render the comparison report.
+#
+#   model -> data(task) -> train(method, task, seed) -> evaluate(method, task, seed) -> report
+#
+# The config (config/config.yaml unless --configfile is given) is validated against
+# config/schema.yaml at parse time. Each job gets only the part of the config it depends on,
+# so changing one method's settings reruns only that method's jobs.
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, workflow.basedir)
+from harness import config as configuration
+from harness.errors import NogradError
+
+if not workflow.config_settings.configfiles:
+    configfile: Path(workflow.basedir) / "config" / "config.yaml"
+
+try:
+    CONFIG = configuration.validate(config)
+except NogradError as error:
+    raise WorkflowError(str(error)) from None
+
+METHODS, TASKS, SEEDS = list(CONFIG.methods), list(CONFIG.tasks), CONFIG.seeds
+NOGRAD = f"{sys.executable} -m harness.cli"
+
+
+def job_config(method=None, task=None, seed=None):
+    """The JSON config a job gets: its own method, task and seed, and the shared settings."""
+    return json.dumps(configuration.to_dict(configuration.for_run(CONFIG, method, task, seed)), sort_keys=True)
+
+
+wildcard_constraints:
+    method="|".join(METHODS),
+    task="|".join(TASKS),
+    seed=r"\d+",
+
+
+rule all:
+    input:
+        "results/report/report.md",
+        "results/report/report.html",
+    default_target: True
+
+
+rule model:
+    output:
+        "results/model/manifest.json",
+    params:
+        config=lambda wc: job_config(),
+    log:
+        "results/logs/model.log",
+    benchmark:
+        "results/benchmarks/model.tsv"
+    shell:
+        "{NOGRAD} prepare-model --config-json {params.config:q} --out {output} 2>&1 | tee {log}"
+
+
+rule data:
+    output:
+        "results/data/{task}/manifest.json",
+    params:
+        config=lambda wc: job_config(task=wc.task),
+    log:
+        "results/logs/data/{task}.log",
+    benchmark:
+        "results/benchmarks/data/{task}.tsv"
+    shell:
+        "{NOGRAD} prepare-data --config-json {params.config:q} --task {wildcards.task} --out {output} 2>&1 | tee {log}"
+
+
+# Created once before the fan-out, so parallel jobs never race on the SQLite schema.
+rule tracking:
+    output:
+        "results/tracking.json",
+    params:
+        config=lambda wc: job_config(),
+    log:
+        "results/logs/tracking.log",
+    benchmark:
+        "results/benchmarks/tracking.tsv"
+    shell:
+        "{NOGRAD} init-tracking --config-json {params.config:q} --out {output} 2>&1 | tee {log}"
+
+
+# Resumable: checkpoints live in results/work/, outside the declared outputs, which
+# Snakemake deletes before rerunning a job.
+rule train:
+    input:
+        model="results/model/manifest.json",
+        data="results/data/{task}/manifest.json",
+        tracking="results/tracking.json",
+    output:
+        artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
+        metrics="results/train/{method}/{task}/seed{seed}/metrics.json",
+    params:
+        config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+    threads: workflow.cores
+    log:
+        "results/logs/train/{method}/{task}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train/{method}/{task}/seed{seed}.tsv"
+    shell:
+        "{NOGRAD} train --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
+        "--seed {wildcards.seed} --model {input.model} --data results/data/{wildcards.task} "
+        "--tracking {input.tracking} --out {output.artifact} 2>&1 | tee {log}"
+
+
+rule evaluate:
+    input:
+        artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
+        data="results/data/{task}/manifest.json",
+        tracking="results/tracking.json",
+    output:
+        metrics="results/eval/{method}/{task}/seed{seed}/metrics.json",
+        completions="results/eval/{method}/{task}/seed{seed}/completions.jsonl",
+    params:
+        config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+    threads: workflow.cores
+    log:
+        "results/logs/eval/{method}/{task}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/eval/{method}/{task}/seed{seed}.tsv"
+    shell:
+        "{NOGRAD} evaluate --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
+        "--seed {wildcards.seed} --artifact {input.artifact} --data results/data/{wildcards.task} "
+        "--tracking {input.tracking} --out {output.metrics} 2>&1 | tee {log}"
+
+
+rule collect:
+    input:
+        metrics=expand("results/eval/{method}/{task}/seed{seed}/metrics.json", method=METHODS, task=TASKS, seed=SEEDS),
+        model="results/model/manifest.json",
+        data=expand("results/data/{task}/manifest.json", task=TASKS),
+    output:
+        json="results/summary.json",
+        csv="results/summary.csv",
+    params:
+        config=lambda wc: job_config(),
+    log:
+        "results/logs/collect.log",
+    benchmark:
+        "results/benchmarks/collect.tsv"
+    shell:
+        "{NOGRAD} collect --config-json {params.config:q} --metrics {input.metrics} --model {input.model} "
+        "--data {input.data} --out {output.json} 2>&1 | tee {log}"
+
+
+rule report:
+    input:
+        summary="results/summary.json",
+        tracking="results/tracking.json",
+    output:
+        md="results/report/report.md",
+        html="results/report/report.html",
+    params:
+        config=lambda wc: job_config(),
+    log:
+        "results/logs/report.log",
+    benchmark:
+        "results/benchmarks/report.tsv"
+    shell:
+        "{NOGRAD} report --config-json {params.config:q} --summary {input.summary} --tracking {input.tracking} "
+        "--out {output.md} 2>&1 | tee {log}"

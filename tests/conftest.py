@@ -1,0 +1,67 @@
+"""Shared fixtures: a tiny randomly initialised Llama with its own small tokenizer, built in the
+test session from a config (no download, no model package), and the offline environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. #### 72",
+    "What is the value of $\\frac{1}{2} + \\frac{1}{3}$? The answer is \\boxed{\\frac{5}{6}}.",
+    "def add(a, b):\n    return a + b\n\n```python\nprint(add(1, 2))\n```",
+    "Let's think step by step and output the final answer after \"####\". 0123456789 + - * / = ( ) { } [ ]",
+]
+
+
+def build_tiny_model(path: Path, seed: int = 0) -> Path:
+    """Save a 2-layer Llama (hidden 32) and a byte-level BPE tokenizer with a ChatML template."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|im_start|>", "<|im_end|>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(CORPUS * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>",
+                                        chat_template=CHATML)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"reference data not found at {SHARED_DATA}")
+    return SHARED_DATA

@@ -1,0 +1,100 @@
+"""The harness on its own: config validation, the generated schema, atomic outputs and meters."""
+
+import dataclasses
+
+import pytest
+import torch
+import yaml
+
+from harness import config, meters, models
+from harness.errors import NogradError
+from harness.outputs import atomic_dir, write_json
+from methods import METHODS
+
+MINIMAL = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}, "methods": {"base": {}}}
+
+
+def test_committed_schema_is_generated_from_the_dataclasses():
+    assert config.SCHEMA_PATH.read_text() == config.schema_yaml(), "run: nograd schema > config/schema.yaml"
+
+
+def test_every_method_config_field_is_documented_and_paper_yaml_holds_the_defaults():
+    paper = yaml.safe_load((config.REPO / "config" / "paper.yaml").read_text())
+    for name, method in METHODS.items():
+        assert set(config.field_docs(method.config)) == {f.name for f in dataclasses.fields(method.config)}
+        defaults = config.to_dict(method.config())
+        assert config.validate(paper).methods[name] == method.config(**defaults), name
+        assert config.to_dict(config.validate(paper).methods[name]) == defaults, f"paper.yaml {name} differs"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, mezo"),
+        ({"tasks": {"gsm9k": {}}}, "unknown key 'gsm9k' in tasks (valid: code, gsm8k, math)"),
+        ({"methods": {"mezo": {"lrr": 1}}}, "unknown key 'lrr' in methods.mezo (valid: batch_size, eps"),
+        ({"methods": {"mezo": {"lr": "fast"}}}, "methods.mezo.lr: 'fast' is not of type 'number'"),
+        ({"methods": {"mezo": {"objective": "kl"}}}, "methods.mezo.objective: 'kl' is not one of"),
+        ({"evalution": {}}, "unknown key 'evalution' in the top level (valid: data_dir, device"),
+        ({"seeds": []}, "seeds: [] should be non-empty"),
+    ],
+)
+def test_bad_config_fails_with_one_line_naming_key_and_choices(change, message):
+    with pytest.raises(NogradError) as error:
+        config.validate({**MINIMAL, **change})
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_yaml_exponents_are_read_as_numbers():
+    cfg = config.validate({**MINIMAL, "methods": {"mezo": {"lr": "1e-6"}}})
+    assert cfg.methods["mezo"].lr == 1e-6
+
+
+def test_run_config_holds_only_its_method_and_task():
+    cfg = config.load(config.REPO / "config" / "config.yaml")
+    run = config.for_run(cfg, "mezo", "math", 0)
+    assert list(run.methods) == ["mezo"] and list(run.tasks) == ["math"] and run.seeds == [0]
+    assert config.config_hash(run) != config.config_hash(config.for_run(cfg, "base", "math", 0))
+    assert config.validate(config.to_dict(run)) == run
+
+
+def test_atomic_outputs_leave_nothing_when_interrupted(tmp_path):
+    target = tmp_path / "out" / "model"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "weights").write_text("half")
+            raise RuntimeError("killed")
+    assert not target.exists()
+    assert list((tmp_path / "out").iterdir()) == []
+    write_json(tmp_path / "a.json", {"x": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "out"], "no temporary file left behind"
+
+
+def test_missing_model_is_one_clear_line(tmp_path):
+    with pytest.raises(NogradError) as error:
+        models.prepare("no-such-org/no-such-model", tmp_path)
+    text = str(error.value)
+    assert "no-such-org/no-such-model" in text and "hub:" in text and "\n" not in text
+
+
+def test_meters_count_forward_backward_and_generation(tiny_model_dir):
+    from evals.sampler import SamplingParams, sample
+
+    model, tokenizer = models.load(tiny_model_dir)
+    meter = meters.Meters()
+    meter.attach(model)
+    ids = torch.randint(0, 100, (3, 10))
+    model(input_ids=ids)
+    assert meter.counts["forward_passes"] == 3 and meter.counts["tokens_processed"] == 30
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert meter.counts["forward_passes"] == 6 and meter.counts["backward_passes"] == 3
+    rows = sample(model, tokenizer, ["a b", "c"], SamplingParams(n=2, temperature=1.0, max_new_tokens=5))
+    assert meter.counts["forward_passes"] == 6 + 4, "a generated sequence is one forward pass"
+    assert meter.counts["sequences_generated"] == 4
+    assert meter.counts["tokens_generated"] == sum(c.tokens for row in rows for c in row) > 0
+    snap = meter.snapshot()
+    assert snap["forward_equivalents"] == 10 + 2 * 3
+    assert snap["time_generate_s"] > 0 and snap["peak_memory_mb"] > 0
+    assert meters.of(model) is meter

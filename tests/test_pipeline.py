@@ -1,0 +1,150 @@
+"""The DAG end to end on the tiny model: training resumes and reproduces, Snakemake validates
+the config at parse time, and a whole run leaves a report, MLflow runs and non-zero meters."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from harness import config, data, models, tracking, training
+from harness.outputs import read_json, write_json
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tiny_config(model_dir: Path, **methods) -> dict:
+    return {
+        "name": "tiny",
+        "model": str(model_dir),
+        "seeds": [0],
+        "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
+                  "code": {"train_size": 4, "test_size": 2}},
+        "methods": methods or {"base": {}, "mezo": {"steps": 3, "batch_size": 2}},
+        "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50},
+        "training": {"max_new_tokens": 8, "checkpoint_every": 2},
+    }
+
+
+def weights(artifact: Path) -> dict:
+    return load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
+
+
+@pytest.fixture
+def prepared(tmp_path, monkeypatch, tiny_model_dir):
+    """A working directory with the model, gsm8k data and tracking prepared, as the DAG would."""
+    monkeypatch.chdir(tmp_path)
+    cfg = config.validate(tiny_config(tiny_model_dir, mezo={"steps": 4, "batch_size": 2}))
+    models.prepare(cfg.model, Path("results/model"))
+    data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
+    write_json(Path("results/tracking.json"), tracking.init(cfg))
+
+    def train(out="results/train/mezo/gsm8k/seed0/artifact.json"):
+        training.train(config.for_run(cfg, "mezo", "gsm8k", 0), "mezo", "gsm8k", 0,
+                       Path("results/model/manifest.json"), Path("results/data/gsm8k"),
+                       Path("results/tracking.json"), Path(out))
+        return Path(out)
+
+    return train
+
+
+def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(prepared, monkeypatch):
+    reference = weights(prepared("results/a/artifact.json"))
+    import shutil
+
+    shutil.rmtree("results/work")
+    again = weights(prepared("results/b/artifact.json"))
+    assert all(torch.equal(reference[k], again[k]) for k in reference), "same seed, different model"
+
+    shutil.rmtree("results/work")
+    log = training.Run.log
+
+    def killed_at_step_3(self, **metrics):
+        if self._step == 3:
+            raise KeyboardInterrupt
+        log(self, **metrics)
+
+    monkeypatch.setattr(training.Run, "log", killed_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        prepared("results/c/artifact.json")
+    assert not Path("results/c/artifact.json").exists(), "a killed job must not leave its output"
+    assert Path("results/work/train/mezo/gsm8k/seed0/checkpoint/state.pt").exists()
+    monkeypatch.setattr(training.Run, "log", log)
+    resumed = prepared("results/c/artifact.json")
+    history = read_json(resumed.parent / "metrics.json")["history"]
+    assert [h["step"] for h in history] == [0, 1, 2, 3]
+    assert all(torch.equal(reference[k], weights(resumed)[k]) for k in reference), "resume changed the result"
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+         "--workflow-profile", str(REPO / "profiles" / "default"), *args],
+        capture_output=True, text=True, timeout=1200,
+    )
+
+
+def test_dry_run_of_the_default_config_plans_every_rule(tmp_path):
+    result = snakemake(tmp_path, "-n", "--quiet", "rules")
+    assert result.returncode == 0, result.stderr
+    for rule in ("model", "data", "tracking", "train", "evaluate", "collect", "report", "all"):
+        assert rule in result.stdout
+
+
+def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, tiny_model_dir):
+    bad = tiny_config(tiny_model_dir, base={}, mezzo={})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
+    result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
+    assert result.returncode != 0
+    assert "unknown key 'mezzo' in methods (valid: base, mezo" in result.stderr + result.stdout
+
+
+def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir)))
+    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    results = tmp_path / "results"
+    report = (results / "report" / "report.md").read_text()
+    assert "MeZO" in report and "Base model" in report
+    assert (results / "report" / "report.html").exists() and (results / "report" / "passk_math.png").exists()
+    summary = read_json(results / "summary.json")
+    assert len(summary["results"]) == 6
+    for r in summary["results"]:
+        assert r["problems"] == 2 and r["samples_per_problem"] == 4
+        assert [p["k"] for p in r["pass_at_k"]] == [1, 2, 4]
+        ev = r["cost"]["eval"]
+        assert ev["forward_passes"] == ev["sequences_generated"] == 2 * (1 + 4)
+        assert ev["tokens_generated"] > 0 and ev["reward_calls"] == 2 * (1 + 4)
+        assert ev["wall_clock_s"] > 0 and ev["peak_memory_mb"] > 0
+        train = r["cost"]["train"]
+        if r["method"] == "base":
+            assert train == {}
+        else:
+            assert train["forward_passes"] == 3 * 2 * 2, "MeZO: 2 forward passes over a batch of 2, 3 steps"
+            assert train["backward_passes"] == 0 and train["tokens_processed"] > 0
+            assert train["time_forward_s"] > 0 and train["peak_memory_mb"] > 0
+        lines = (results / "eval" / r["method"] / r["task"] / "seed0" / "completions.jsonl").read_text().splitlines()
+        assert len(lines) == 2 * (1 + 4) and {"text", "correct", "answer"} <= set(json.loads(lines[0]))
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["tiny"])
+    kinds = runs["tags.nograd.kind"].value_counts().to_dict()
+    assert kinds == {"train": 6, "eval": 6, "summary": 1}
+    evals = runs[runs["tags.nograd.kind"] == "eval"]
+    assert evals["tags.mlflow.parentRunId"].notna().all()
+    trained = runs[(runs["tags.nograd.kind"] == "train") & (runs["tags.nograd.method"] == "mezo")]
+    assert (trained["metrics.final.forward_passes"] == 12).all()
+    assert trained["params.methods.mezo.steps"].eq("3").all()
+    assert trained["tags.nograd.commit"].notna().all()
+    for rule in ("model", "train/mezo/gsm8k/seed0", "eval/base/code/seed0"):
+        assert (results / "benchmarks" / f"{rule}.tsv").exists()
+
+    rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
