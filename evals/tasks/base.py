@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from harness.errors import one_line
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -131,13 +133,6 @@ def load_first(what: str, attempts: Sequence[Attempt]) -> tuple[list[Problem], S
     raise DataUnavailable(f"no source for {what} could be read: " + "; ".join(failures))
 
 
-def one_line(error: BaseException) -> str:
-    """The exception's type and the first line of its message, short enough for a log line."""
-    message = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines file, naming the file and line of any malformed row."""
     rows = []
@@ -165,8 +160,8 @@ def local_attempt(data_dir: Path, relative: str, to_problems: RowsToProblems) ->
 def hub_rows(dataset_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
     """The rows of one split of a Hugging Face hub dataset (or of its local cache).
 
-    Offline, `datasets` retries the hub for about 20 s before failing; with HF_HUB_OFFLINE=1 set
-    before Python starts it fails at once (or reads the cache), so offline users should set it.
+    Offline, `datasets` retries the hub for about 20 s before failing; with HF_HUB_OFFLINE=1 it
+    fails at once (or reads the cache). `harness.data` sets it when a quick probe finds no hub.
     """
     import datasets  # deferred: every job imports the task registry, few of them load data
 

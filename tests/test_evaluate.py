@@ -1,0 +1,71 @@
+"""The evaluator accepts every artifact kind, votes ensembles by majority, counts an ensemble's
+inference passes, and resumes a killed evaluation to the same completions."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from evals.evaluate import _vote
+from evals.tasks import get_task
+from harness import artifacts, models
+from harness.outputs import read_json, write_json
+from harness.perturb import combine_, trainable
+
+
+def test_majority_vote_over_final_answers():
+    gsm8k = get_task("gsm8k")
+    assert _vote(gsm8k, ["#### 3", "so #### 5", "#### 5.0"]) == 1, "5 and 5.0 are the same answer"
+    assert _vote(gsm8k, ["#### 3", "#### 5"]) == 0, "a tie goes to the first member"
+    assert _vote(gsm8k, ["no answer", "#### 7"]) == 1
+    assert _vote(gsm8k, ["", ""]) == 0
+
+
+def test_seed_artifact_rebuilds_the_perturbed_model(tiny_model_dir):
+    spec = {"kind": "seeds", "base": str(tiny_model_dir), "terms": [[3, 0.01], [4, -0.02]], "mode": "iid"}
+    model, _ = artifacts.load(spec)
+    expected, _ = models.load(tiny_model_dir)
+    combine_(trainable(expected), [(3, 0.01), (4, -0.02)])
+    assert all(torch.equal(a, b) for a, b in zip(trainable(model), trainable(expected)))
+
+
+def test_adapter_artifact_is_merged_into_the_base(tiny_model_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base, _ = models.load(tiny_model_dir)
+    peft_model = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    ids = torch.tensor([[1, 5, 9, 2]])
+    expected = peft_model(input_ids=ids).logits
+    merged, _ = artifacts.load({"kind": "adapter", "base": str(tiny_model_dir), "path": str(tmp_path / "adapter")})
+    assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-5)
+
+
+def test_ensemble_answers_by_vote_at_k_inference_passes(workdir, tiny_model_dir):
+    members = [{"kind": "seeds", "terms": [[seed, 0.01]]} for seed in (1, 2, 3)]
+    write_json(Path("ensemble.json"), {"kind": "ensemble", "members": members, "base": str(tiny_model_dir),
+                                       "run_id": "r"})
+    write_json(Path("metrics.json"), {"trained": False})
+    single = workdir.evaluate(workdir.train(), "results/eval/single/metrics.json")
+    voted = workdir.evaluate("ensemble.json", "results/eval/ensemble/metrics.json", method="randopt")
+    assert single["inference_passes"] == 1 and voted["inference_passes"] == 3
+    assert voted["cost"]["eval"]["sequences_generated"] == 3 * single["cost"]["eval"]["sequences_generated"]
+    lines = Path("results/eval/ensemble/completions.jsonl").read_text().splitlines()
+    assert len(lines) == single["problems"] * (1 + single["samples_per_problem"]), "one voted answer per sample"
+
+
+def test_killed_evaluation_resumes_to_the_same_completions(workdir):
+    artifact = workdir.train()
+    first = workdir.evaluate(artifact, "results/eval/a/metrics.json")
+    completions = Path("results/eval/a/completions.jsonl").read_text()
+    resumed = workdir.evaluate(artifact, "results/eval/a/metrics.json")
+    assert resumed["cost"]["eval"]["sequences_generated"] == 0, "cached blocks are not generated again"
+    assert Path("results/eval/a/completions.jsonl").read_text() == completions
+    cache = Path("results/work/eval/mezo/gsm8k/seed0/completions.cache.jsonl")
+    kept = cache.read_text().splitlines()[:1]  # as if killed after the first block
+    cache.write_text("\n".join(kept) + "\n")
+    again = workdir.evaluate(artifact, "results/eval/a/metrics.json")
+    assert Path("results/eval/a/completions.jsonl").read_text() == completions
+    assert again["pass_at_k"] == first["pass_at_k"] and again["greedy"] == first["greedy"]
+    assert [json.loads(line)["mode"] for line in completions.splitlines()][:1] == ["greedy"]
+    assert read_json("results/eval/a/metrics.json")["problems"] == 2
