@@ -24,6 +24,7 @@ from evals.tasks.base import Problem
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
 from harness.outputs import atomic_path, read_json, write_json
+from reports.render import passk_figure
 
 MODES = ("greedy", "sample")
 
@@ -55,7 +56,8 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
                 top_p=1.0 if mode == "greedy" else ev.top_p,
                 max_new_tokens=ev.max_new_tokens, batch_size=ev.batch_size,
             )
-            size = len(problems) if mode == "greedy" else block
+            # Blocks of problems are the unit of caching: a killed evaluation redoes at most one.
+            size = ev.batch_size if mode == "greedy" else block
             for b, start in enumerate(range(0, len(problems), size)):
                 key = (member, mode, b)
                 if key not in cached:
@@ -121,7 +123,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
     with atomic_path(out_dir / "completions.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    tags = {"nograd.kind": "eval", "nograd.method": method, "nograd.task": task_name, "nograd.seed": str(seed),
+    tags = {"nograd.kind": "eval", "nograd.method": method, "nograd.model": cfg.model, "nograd.task": task_name, "nograd.seed": str(seed),
             "nograd.data_test": result["data"]["source"], "nograd.data_test_hash": result["data"]["hash"],
             "mlflow.parentRunId": artifact["run_id"], "nograd.train_run_id": artifact["run_id"]}
     with tracking.run(read_json(tracking_file), cfg, f"eval {method} {task_name} seed{seed}", tags):
@@ -131,6 +133,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         mlflow.log_artifact(str(out_dir / "completions.jsonl"))
         mlflow.log_table({key: [row[key] for row in result["pass_at_k"]] for key in ("k", "value", "low", "high")},
                          "pass_at_k.json")
+        mlflow.log_figure(passk_figure([result], task_name, cfg.model), f"passk_{task_name}.png")
         write_json(out, result)
         mlflow.log_artifact(str(out))
     return result

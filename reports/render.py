@@ -72,8 +72,7 @@ def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    order = {method: index for index, method in enumerate(METHOD_NAMES)}
-    methods = sorted({r["method"] for r in results}, key=lambda m: (order.get(m, len(order)), m))
+    methods = _ordered_methods(results)
     header_tasks = list(header.get("tasks", {}))
     tasks = header_tasks + sorted({r["task"] for r in results} - set(header_tasks))
     scores = _score_summary(results)
@@ -127,6 +126,18 @@ def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
             tmp.write_text(text, encoding="utf-8")
         written[name] = out_dir / name
     return written
+
+
+def passk_figure(results: list[dict], task: str, model: str = "") -> Figure:
+    """The pass@k figure of one task from result dicts (each evaluation run logs its own)."""
+    scores = _score_summary(results)
+    curves = scores[(scores.task == task) & (scores.metric == "pass@k")]
+    return _passk_figure(curves, _ordered_methods(results), task, model)
+
+
+def _ordered_methods(results: list[dict]) -> list[str]:
+    order = {method: index for index, method in enumerate(METHOD_NAMES)}
+    return sorted({r["method"] for r in results}, key=lambda m: (order.get(m, len(order)), m))
 
 
 def _score_summary(results: list[dict]) -> pd.DataFrame:

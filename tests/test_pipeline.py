@@ -118,7 +118,10 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
     kinds = runs["tags.nograd.kind"].value_counts().to_dict()
     assert kinds == {"train": 6, "eval": 6, "summary": 1}
     evals = runs[runs["tags.nograd.kind"] == "eval"]
-    assert evals["tags.mlflow.parentRunId"].notna().all()
+    assert evals["tags.mlflow.parentRunId"].notna().all() and evals["tags.nograd.model"].notna().all()
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(evals.iloc[0]["run_id"])}
+    task = evals.iloc[0]["tags.nograd.task"]
+    assert {"completions.jsonl", "metrics.json", "pass_at_k.json", f"passk_{task}.png"} <= logged
     trained = runs[(runs["tags.nograd.kind"] == "train") & (runs["tags.nograd.method"] == "mezo")]
     assert (trained["metrics.final.forward_passes"] == 12).all()
     assert trained["params.methods.mezo.steps"].eq("3").all()
