@@ -113,18 +113,19 @@ class Config:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass, read from its source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
+    """The docstring under each field of a dataclass, read from its source and its dataclass
+    bases' (a subclass that redeclares a field documents it anew)."""
     docs = {}
-    for node, after in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, after in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 

@@ -12,6 +12,7 @@ Noise modes:
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
@@ -40,15 +41,47 @@ def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: Nois
         param.add_(noise(param, seed, index, mode).to(param.dtype), alpha=scale)
 
 
+def _combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
+    """sum_j coef_j * noise(seed_j) for tensor `index`, in fp32: one accumulator and one noise tensor."""
+    total = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
+    for seed, coef in terms:
+        total.add_(noise(param, seed, index, mode), alpha=coef)
+    return total
+
+
 @torch.no_grad()
 def combine_(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]], mode: NoiseMode = "iid") -> None:
-    """params += sum_j coef_j * noise(seed_j): an ES or zeroth-order update, accumulated in fp32."""
+    """params += sum_j coef_j * noise(seed_j): an ES or zeroth-order update, accumulated in fp32.
+
+    The sum for a tensor is formed in a fixed order, so applying the negated terms adds exactly
+    the negated sum: a move is undone up to the rounding of the two additions to the parameters.
+    """
     terms = list(terms)
     for index, param in enumerate(params):
-        total = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
-        for seed, coef in terms:
-            total.add_(noise(param, seed, index, mode), alpha=coef)
-        param.add_(total.to(param.dtype))
+        param.add_(_combination(param, index, terms, mode).to(param.dtype))
+
+
+@torch.no_grad()
+def combination_norm(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]],
+                     mode: NoiseMode = "iid") -> float:
+    """||sum_j coef_j * noise(seed_j)||_F over all tensors, regenerating the noise tensor by tensor."""
+    terms = list(terms)
+    return math.sqrt(sum(_combination(param, index, terms, mode).square().sum(dtype=torch.float64).item()
+                         for index, param in enumerate(params)))
+
+
+def population(rng: np.random.Generator, size: int, antithetic: bool = False) -> list[tuple[int, float]]:
+    """`size` members as (seed, sign): member i is theta + sign * sigma * noise(seed).
+
+    Antithetic pairs (EGGROLL; an option for every ES method) share a seed with opposite signs,
+    so `size` must then be even.
+    """
+    if antithetic and size % 2:
+        raise ValueError(f"antithetic sampling needs an even population, got {size}")
+    seeds = rng.integers(2**31, size=size // 2 if antithetic else size).tolist()
+    if antithetic:
+        return [(seed, sign) for seed in seeds for sign in (1.0, -1.0)]
+    return [(seed, 1.0) for seed in seeds]
 
 
 def trainable(model: torch.nn.Module) -> list[torch.Tensor]:

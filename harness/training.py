@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -38,7 +39,8 @@ class Run:
     """What a method works with. Attributes a method may read: `config` (the whole experiment
     config), `model`, `tokenizer`, `task`, `train` (the training problems), `rng` (a numpy
     Generator seeded by the run's seed) and `state` (a dict the method fills with whatever it
-    must carry across a resume; it is saved with every checkpoint)."""
+    must carry across a resume; it is saved with every checkpoint). `stages` holds the meters
+    spent in each of the method's separately reported stages (see `stage`)."""
 
     def __init__(self, cfg: Config, method: str, task: str, seed: int, model_manifest: dict,
                  data_dir: Path, out_dir: Path, work_dir: Path) -> None:
@@ -52,8 +54,14 @@ class Run:
         self.rng = np.random.default_rng(seed)
         self.state: dict = {}
         self.history: list[dict] = []
+        self.stages: dict[str, dict[str, float]] = {}
         self.out_dir, self.work_dir = out_dir, work_dir
         self._step = 0
+        self._offset = 0  # steps of earlier step loops, so that step numbers keep increasing
+        self._stage: str | None = None
+        self._stage_start: dict[str, float] = {}
+        self._resume_point: dict | None = None
+        self._loaded = False
 
     # ------------------------------------------------------------------ data and reward
 
@@ -124,18 +132,46 @@ class Run:
         mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
 
     def steps(self, total: int) -> Iterator[int]:
-        """The step loop: resumes after the last checkpoint, checkpoints every `checkpoint_every` steps."""
-        start = self._resume()
+        """The step loop: resumes after the last checkpoint, checkpoints every `checkpoint_every` steps.
+
+        Yields 0..total-1; the step logged (and shown) continues after any earlier loop's steps.
+        A stage that a resumed run had already finished yields nothing.
+        """
+        self._resume()
+        if self._stage in self.stages:
+            return
+        start = 0
+        if self._resume_point is not None and self._resume_point["stage"] == self._stage:
+            start, self._resume_point = self._resume_point["step"], None
         every = self.config.training.checkpoint_every
-        bar = tqdm(range(start, total), initial=start, total=total, desc=f"train {self.method}", unit="step",
-                   mininterval=2.0)
+        desc = f"train {self.method}" + (f" {self._stage}" if self._stage else "")
+        bar = tqdm(range(start, total), initial=start, total=total, desc=desc, unit="step", mininterval=2.0)
         for step in bar:
-            self._step = step
+            self._step = self._offset + step
             yield step
-            last = self.history[-1] if self.history and self.history[-1]["step"] == step else {}
+            last = self.history[-1] if self.history and self.history[-1]["step"] == self._step else {}
             bar.set_postfix({k: f"{v:.4g}" for k, v in last.items() if k in ("reward", "loss")})
             if (step + 1) % every == 0 and step + 1 < total:
                 self._checkpoint(step + 1)
+        self._offset += total
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """A separately reported part of the run (e.g. a warm start before a search), holding one
+        step loop: the meters spent inside it are recorded in `stages[name]` (written to
+        metrics.json, logged to MLflow as `stage.<name>.*`). Counters, times and wall-clock are
+        the stage's own; `peak_memory_mb` is the process's peak at the stage's end. After a
+        resume, a stage that had already finished runs no steps and keeps its record."""
+        self._resume()
+        if name not in self.stages:
+            resumed = self._resume_point is not None and self._resume_point["stage"] == name
+            self._stage_start = self._resume_point["stage_start"] if resumed else self.meters.snapshot()
+        self._stage = name
+        yield
+        if name not in self.stages:
+            end = self.meters.snapshot()
+            self.stages[name] = {k: v if k == "peak_memory_mb" else v - self._stage_start[k] for k, v in end.items()}
+        self._stage = None
 
     def _checkpoint(self, next_step: int) -> None:
         with atomic_dir(self.work_dir / "checkpoint") as tmp:
@@ -143,6 +179,10 @@ class Run:
             torch.save(
                 {
                     "step": next_step,
+                    "stage": self._stage,
+                    "stage_start": self._stage_start,
+                    "stages": self.stages,
+                    "offset": self._offset,
                     "rng": self.rng.bit_generator.state,
                     "torch_rng": torch.get_rng_state(),
                     "state": self.state,
@@ -154,10 +194,14 @@ class Run:
                 tmp / "state.pt",
             )
 
-    def _resume(self) -> int:
+    def _resume(self) -> None:
+        """Load the last checkpoint, once per run, where the first stage or step loop begins."""
+        if self._loaded:
+            return
+        self._loaded = True
         checkpoint = self.work_dir / "checkpoint"
         if not (checkpoint / "state.pt").exists():
-            return 0
+            return
         saved = torch.load(checkpoint / "state.pt", weights_only=False)
         load_model(self.model, checkpoint / "model.safetensors")
         self.rng.bit_generator.state = saved["rng"]
@@ -166,7 +210,8 @@ class Run:
         self.meters.counts.update(saved["counts"])
         self.meters.seconds.update(saved["seconds"])
         self.meters.started -= saved["elapsed"]
-        return saved["step"]
+        self.stages, self._offset = saved["stages"], saved["offset"]
+        self._resume_point = {"stage": saved["stage"], "step": saved["step"], "stage_start": saved["stage_start"]}
 
     # ------------------------------------------------------------------ artifacts
 
@@ -181,6 +226,23 @@ class Run:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
         return {"kind": "model", "path": str(path.resolve()), "trained": True}
+
+    def save_adapter(self) -> dict:
+        """The trained PEFT adapter (the run's model must be a PeftModel), loaded on top of the base."""
+        path = self.out_dir / "adapter"
+        with atomic_dir(path) as tmp:
+            self.model.save_pretrained(tmp)
+        return {"kind": "adapter", "path": str(path.resolve()), "trained": True}
+
+    @staticmethod
+    def seeds_artifact(terms: list[tuple[int, float]], mode: str = "iid") -> dict:
+        """The base model plus sum_j coef_j * noise(seed_j): a model stored as its seeds."""
+        return {"kind": "seeds", "terms": [[int(s), float(c)] for s, c in terms], "mode": mode, "trained": True}
+
+    @staticmethod
+    def ensemble_artifact(members: list[dict]) -> dict:
+        """Members (single-model artifacts) that answer by majority vote: K inference passes per answer."""
+        return {"kind": "ensemble", "members": members, "trained": True}
 
 
 def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
@@ -205,8 +267,9 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         artifact = spec.train(cfg.methods[method], run)
         final = run.meters.snapshot()
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
+        mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})
         result = {"method": method, "task": task, "seed": seed, "run_id": active.info.run_id,
-                  "config_hash": config_hash(cfg), "meters": final, "history": run.history,
+                  "config_hash": config_hash(cfg), "meters": final, "stages": run.stages, "history": run.history,
                   "trained": artifact.get("trained", True)}
         write_json(out_dir / "metrics.json", result)
         mlflow.log_artifact(str(out_dir / "metrics.json"))

@@ -82,29 +82,32 @@ def tiny_config(model_dir: Path, **methods) -> dict:
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch, tiny_model_dir):
+def workdir(request, tmp_path, monkeypatch, tiny_model_dir):
     """A working directory with the tiny model, gsm8k data and tracking prepared, as the DAG
-    would; `train(out)` and `evaluate(artifact, out)` run one MeZO job on gsm8k, seed 0."""
+    would; `train(out)` and `evaluate(artifact, out)` run one MeZO job on gsm8k, seed 0, or a job
+    of the method given by indirect parametrisation: `parametrize("workdir", [(name, settings)],
+    indirect=True)`."""
     from types import SimpleNamespace
 
     from evals import evaluate as evaluation
     from harness import config, data, models, tracking, training
     from harness.outputs import write_json
 
+    method, settings = getattr(request, "param", ("mezo", {"steps": 4, "batch_size": 2}))
     monkeypatch.chdir(tmp_path)
-    cfg = config.validate(tiny_config(tiny_model_dir, mezo={"steps": 4, "batch_size": 2}))
-    run_cfg = config.for_run(cfg, "mezo", "gsm8k", 0)
+    cfg = config.validate(tiny_config(tiny_model_dir, **{method: settings}))
+    run_cfg = config.for_run(cfg, method, "gsm8k", 0)
     models.prepare(cfg.model, Path("results/model"))
     data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
     write_json(Path("results/tracking.json"), tracking.init(cfg))
     common = dict(data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"))
 
-    def train(out="results/train/mezo/gsm8k/seed0/artifact.json"):
-        training.train(run_cfg, "mezo", "gsm8k", 0, model_manifest=Path("results/model/manifest.json"),
+    def train(out=f"results/train/{method}/gsm8k/seed0/artifact.json"):
+        training.train(run_cfg, method, "gsm8k", 0, model_manifest=Path("results/model/manifest.json"),
                        out=Path(out), **common)
         return Path(out)
 
-    def evaluate(artifact, out="results/eval/mezo/gsm8k/seed0/metrics.json", method="mezo"):
+    def evaluate(artifact, out=f"results/eval/{method}/gsm8k/seed0/metrics.json", method=method):
         return evaluation.evaluate(run_cfg, method, "gsm8k", 0, artifact_file=Path(artifact), out=Path(out), **common)
 
     return SimpleNamespace(config=run_cfg, train=train, evaluate=evaluate)
