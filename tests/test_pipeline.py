@@ -80,7 +80,7 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
     result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
     assert result.returncode != 0
-    assert "unknown key 'mezzo' in methods (valid: base, mezo" in result.stderr + result.stdout
+    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, mezo" in result.stderr + result.stdout
 
 
 def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
@@ -131,3 +131,32 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
 
     rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
+
+
+GRADIENT_FREE = {
+    "sazo": {"steps": 2, "batch_size": 2, "warmup_steps": 1},
+    "essam": {"steps": 1, "batch_size": 2, "population_size": 2},
+    "essam_f": {"steps": 1, "batch_size": 2, "population_size": 2, "sam_population_size": 2},
+    "randopt": {"population": 3, "top_k": 2, "support_size": 2},
+    "corp": {"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
+             "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
+             "line_search": [1.0]},
+    "essa": {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
+             "sft_batch_size": 2, "generations": 2, "population_size": 2, "batch_size": 1},
+}
+
+
+def test_every_gradient_free_method_through_the_dag(tmp_path, tiny_model_dir):
+    cfg = {**tiny_config(tiny_model_dir, **GRADIENT_FREE), "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = read_json(tmp_path / "results" / "summary.json")
+    passes = {r["method"]: r["inference_passes"] for r in summary["results"]}
+    assert passes == {"sazo": 1, "essam": 1, "essam_f": 1, "randopt": 2, "corp": 1, "essa": 1}
+    for r in summary["results"]:
+        assert r["cost"]["train"]["forward_passes"] > 0, r["method"]
+        assert (r["cost"]["train"]["backward_passes"] > 0) == (r["method"] == "essa"), "only ESSA's SFT backprops"
+    report = (tmp_path / "results" / "report" / "report.md").read_text()
+    for name in ("SAZO", "ESSAM", "ESSAM-F", "RandOpt", "CoRP", "ESSA"):
+        assert f"| {name} " in report

@@ -1,0 +1,153 @@
+"""ESSAM and ESSAM-F: evolution strategies with a sharpness-aware step (Sun, Dang, Dai, Ye 2026,
+arXiv 2602.01003; code `szs777/ESSAM`, `es-sam-SGD_fine-tuning_gsm8k_accl.py` and its `-fen` variant).
+
+Algorithm (one step, i.e. one "generation" on one batch of training problems B):
+
+    ESSAM
+        eps_1..eps_N ~ N(0, I), regenerated from seeds
+        R_i = mean reward of greedy rollouts on B at theta + sigma eps_i;  z = zscore(R)
+        theta_adv = theta - (rho / N) sum_i z_i eps_i          (SAM ascent: toward the worse neighbour)
+        eps'_1..eps'_N fresh;  R'_j at theta_adv + sigma eps'_j;  z' = zscore(R')
+        theta <- theta_adv + (rho / N) sum_i z_i eps_i         (undo the ascent exactly)
+        theta <- theta + (alpha / N) sum_j z'_j eps'_j         (the adversarial estimate, applied at theta)
+    ESSAM-F (the accelerated variant): the SAM population is K < N and its step is normalised
+        c_i = (R_i - mean R) / K;  g_hat = sum_i c_i eps_i
+        theta_adv = theta - rho g_hat / ||g_hat||_F            (||g_hat||_F by regenerating the noise)
+        the main population, at theta_adv, stays N with z-scored rewards
+
+sigma is absorbed into alpha (no 1/sigma), as in Qiu et al.'s ES. Rollouts per step: 2 N |B| for
+ESSAM, (K + N) |B| for ESSAM-F; logged as `rollouts`, with the mean reward of the population at
+theta (`reward`) and of the one at theta_adv (`adversarial_reward`).
+
+Choices, stated because the benchmark runs every method under the same conditions:
+- Reward: the harness's `run.reward` (correctness plus the configured format term) on the task's
+  own prompt, not ESSAM's `<think>` prompt and think-tag format reward.
+- Batch: each step draws `batch_size` problems with `run.batch` (without replacement within the
+  step). The paper walks reshuffled chunks of 200 through the training set for 40 epochs; the
+  default `steps` (1520 = 40 epochs x 38 chunks of the 7,473 GSM8K problems) keeps its number of
+  generations, but across steps problems are drawn independently rather than epoch by epoch.
+- Noise: independent per tensor by default; `noise: shared` re-seeds every tensor with the same
+  seed, as the ESSAM code does. `antithetic: true` evaluates pairs +-eps (not in the paper).
+- The code's extra greedy evaluations of the batch around the update (ESSAM after it, ESSAM-F
+  before it) only feed its logs and are not run; the harness evaluates the trained model.
+- Restoring: a member is removed by subtracting its seeded noise (`perturb_`), the ascent by
+  `combine_` with the negated terms, whose per-tensor fp32 sum is exactly the negation of the
+  ascent's. Either way theta returns within the rounding of two additions: per element at most
+  u (2|theta| + |t|) for a move t, u the unit roundoff of the weights' dtype (tested in fp32).
+- ESSAM-F's rho is a radius in the whole parameter space, ESSAM's a scale on an unnormalised sum
+  (norm about rho sqrt(d / N)); the code uses rho = 1e-4 for both, so ESSAM-F's ascent is far
+  shorter. Kept as published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+import torch
+
+from harness import fitness
+from harness.perturb import NoiseMode, combination_norm, combine_, perturb_, population, trainable
+from methods import register
+
+Members = list[tuple[int, float]]
+"""A population as (seed, sign): member i is theta + sign_i sigma noise(seed_i)."""
+
+
+@dataclass
+class ESSAMConfig:
+    """ESSAM's defaults (`essam_run.sh`: Qwen2.5-0.5B-Instruct on GSM8K)."""
+
+    steps: int = 1520
+    """Generations: 40 epochs x 38 chunks of the 7,473 GSM8K training problems."""
+    batch_size: int = 200
+    """Training problems per step, shared by every member of both populations (the paper's chunk size)."""
+    population_size: int = 40
+    """Population N, at theta and again at theta_adv."""
+    sigma: float = 1.5e-3
+    """Perturbation scale sigma."""
+    alpha: float = 2.5e-4
+    """Learning rate alpha of theta <- theta + (alpha / N) sum_j z'_j eps'_j (sigma absorbed)."""
+    rho: float = 1e-4
+    """SAM ascent scale: theta_adv = theta - (rho / N) sum_i z_i eps_i, not normalised."""
+    noise: Literal["iid", "shared"] = "iid"
+    """Noise across tensors: independent per tensor, or one seed re-used for every tensor (the ESSAM code)."""
+    antithetic: bool = False
+    """Evaluate antithetic pairs theta +- sigma eps (not in the paper); populations must then be even."""
+
+
+@dataclass
+class ESSAMFConfig(ESSAMConfig):
+    """ESSAM-F's defaults (`essam-fen_run.sh`): ESSAM's, plus the smaller SAM population."""
+
+    population_size: int = 40
+    """Main population N, at theta_adv (the SAM population at theta is K)."""
+    rho: float = 1e-4
+    """SAM radius: theta_adv = theta - rho g_hat / ||g_hat||_F, so ||theta_adv - theta||_F = rho."""
+    sam_population_size: int = 10
+    """SAM population K, scored with raw centred rewards (the main population stays N)."""
+
+
+def population_rewards(params: Sequence[torch.Tensor], members: Members, sigma: float, reward: Callable[[], float],
+             noise: NoiseMode) -> np.ndarray:
+    """R_i = reward() at theta + sign_i sigma eps_i, for each member: perturb in place, evaluate, restore."""
+    rewards = []
+    for seed, sign in members:
+        perturb_(params, seed, sign * sigma, noise)
+        rewards.append(float(reward()))
+        perturb_(params, seed, -sign * sigma, noise)
+    return np.asarray(rewards)
+
+
+def terms(members: Members, weights: np.ndarray, scale: float) -> list[tuple[int, float]]:
+    """scale * sum_i w_i sign_i eps_i as (seed, coefficient) terms for `combine_`."""
+    return [(seed, scale * sign * float(w)) for (seed, sign), w in zip(members, weights)]
+
+
+def sam_ascent(params: Sequence[torch.Tensor], members: Members, rewards: np.ndarray,
+               config: ESSAMConfig) -> tuple[list[tuple[int, float]], dict[str, float]]:
+    """theta_adv - theta as seed terms, with what the step logs about it."""
+    if isinstance(config, ESSAMFConfig):
+        g_hat = terms(members, fitness.centered(rewards), 1 / len(members))
+        g_norm = combination_norm(params, g_hat, config.noise)
+        # The code's 1e-12 guard: equal rewards give g_hat = 0 and no ascent.
+        return [(seed, -config.rho * c / (g_norm + 1e-12)) for seed, c in g_hat], {"sam_grad_norm": g_norm}
+    return terms(members, fitness.zscore(rewards), -config.rho / len(members)), {}
+
+
+def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float], rng: np.random.Generator,
+               config: ESSAMConfig) -> dict[str, float]:
+    """One ESSAM (or, with an ESSAMFConfig, ESSAM-F) step on `params` in place.
+
+    `reward()` scores the parameters as they are when it is called (in training: the mean reward
+    of greedy rollouts on the step's batch). Returns the step's metrics; `evaluations` is the
+    number of reward() calls, i.e. of perturbed models scored.
+    """
+    sam_size = config.sam_population_size if isinstance(config, ESSAMFConfig) else config.population_size
+    members = population(rng, sam_size, config.antithetic)
+    rewards = population_rewards(params, members, config.sigma, reward, config.noise)
+    ascent, metrics = sam_ascent(params, members, rewards, config)
+    combine_(params, ascent, config.noise)
+    adversarial = population(rng, config.population_size, config.antithetic)
+    adversarial_rewards = population_rewards(params, adversarial, config.sigma, reward, config.noise)
+    combine_(params, [(seed, -c) for seed, c in ascent], config.noise)
+    step = terms(adversarial, fitness.zscore(adversarial_rewards), config.alpha / len(adversarial))
+    combine_(params, step, config.noise)
+    return {"reward": rewards.mean(), "adversarial_reward": adversarial_rewards.mean(),
+            "evaluations": len(members) + len(adversarial), **metrics}
+
+
+def train(config: ESSAMConfig, run) -> dict:
+    params = trainable(run.model)
+    for _ in run.steps(config.steps):
+        batch = run.batch(config.batch_size)
+        metrics = essam_step(params, lambda: run.rollout(batch)[1].mean(), run.rng, config)
+        run.log(rollouts=metrics.pop("evaluations") * len(batch), **metrics)
+    return run.save_model()
+
+
+PAPER = ("Sun, Dang, Dai, Ye 2026, ESSAM: A Novel Competitive Evolution Strategies Approach to Reinforcement "
+         "Learning for Memory Efficient LLMs Fine-Tuning (arXiv 2602.01003)")
+register("essam", config=ESSAMConfig, paper=PAPER)(train)
+register("essam_f", config=ESSAMFConfig, paper=PAPER + ", accelerated variant ESSAM-F")(train)

@@ -1,0 +1,104 @@
+"""RandOpt: random perturbations and a top-K vote (Gan & Isola, "Neural Thickets: Diverse Task
+Experts Are Dense Around Pretrained Weights", ICML 2026, arXiv 2603.12228; code `sunrainyg/RandOpt`,
+`randopt.py`).
+
+Algorithm (`run_sampling`, the selection in `main`, `run_ensemble_evaluation`):
+
+    draw N distinct seeds s_i and, per seed, sigma_i uniformly from a grid
+    for i = 1..N:
+        theta <- theta_0 + sigma_i eps(s_i)                (in place)
+        r_i = mean reward of greedy rollouts on the support set S
+        theta <- theta - sigma_i eps(s_i)                  (restore)
+    keep the K members with the highest r_i (ties: the member evaluated first), best first
+    answer each test question by majority vote over the K members' greedy answers
+
+The centre never moves. The output is the ensemble of K seed-list members, which the evaluator
+runs one at a time and votes (K inference passes per answer). The support set is the first
+`support_size` problems of the run's training split, as RandOpt takes the first
+`train_samples` items of the train file.
+
+Stage 0 of CoRP (`methods/corp.py`) is this discovery loop: `discover` and `rewards_at` are
+shared with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+
+from evals.tasks.base import Problem
+from harness.errors import NogradError
+from harness.fitness import top_k
+from harness.perturb import NoiseMode, combine_, trainable
+from methods import register
+
+
+@dataclass
+class RandOptConfig:
+    """RandOpt's paper scripts (`scripts/*.sh`): 5000 perturbations, the top 1% voting."""
+
+    population: int = 5000
+    """Perturbations N, each scored on the support set."""
+    sigmas: list[float] = field(default_factory=lambda: [0.0005, 0.001, 0.002])
+    """Grid the noise scale sigma_i of each member is drawn from, uniformly."""
+    top_k: int = 50
+    """Ensemble size K: the best K members vote (1% of N = 50 in the paper)."""
+    support_size: int = 200
+    """Support problems: the first support_size training problems, scored with greedy decoding."""
+    noise: Literal["iid", "shared"] = "iid"
+    """Noise across tensors: independent per tensor, or one seed re-used for every tensor (RandOpt's code)."""
+
+
+def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
+    """Training problems [start, start + size): a fixed slice, the same for every member."""
+    if start + size > len(run.train):
+        raise NogradError(f"{run.method}: the {what} needs training problems {start}..{start + size - 1}, "
+                          f"but task {run.task.name} has {len(run.train)}; lower it or raise the task's train_size")
+    return run.train[start : start + size]
+
+
+def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode) -> np.ndarray:
+    """Greedy-rollout reward per problem of theta + sum_j c_j eps(s_j); theta is restored after."""
+    params = trainable(run.model)
+    combine_(params, terms, noise)
+    rewards = run.rollout(problems)[1][:, 0]
+    combine_(params, [(seed, -coef) for seed, coef in terms], noise)
+    return rewards
+
+
+def discover(run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],
+             noise: NoiseMode) -> None:
+    """Score member `step` of the seeded population on the support set (RandOpt; CoRP's stage 0).
+
+    The members are drawn at step 0 and kept in `run.state` with their rewards, so a resumed run
+    carries on with the same population.
+    """
+    if step == 0:
+        seeds = run.rng.choice(2**31, size=population, replace=False)
+        run.state["members"] = list(zip(seeds.tolist(), run.rng.choice(sigmas, size=population).tolist()))
+        run.state["rewards"] = []
+    seed, sigma = run.state["members"][step]
+    reward = float(rewards_at(run, [(seed, sigma)], support, noise).mean())
+    run.state["rewards"].append(reward)
+    run.log(reward=reward, sigma=sigma, perturbations=step + 1)
+
+
+def select(rewards: Sequence[float], k: int) -> list[int]:
+    """Indices of the K best members, best first; among equal rewards the earlier member wins."""
+    kept = np.flatnonzero(top_k(np.asarray(rewards), k))
+    return sorted(kept.tolist(), key=lambda i: -rewards[i])
+
+
+@register("randopt", config=RandOptConfig,
+          paper="Gan & Isola 2026, Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights, "
+                "ICML (arXiv 2603.12228)")
+def train(config: RandOptConfig, run) -> dict:
+    support = train_slice(run, 0, config.support_size, "support set")
+    for step in run.steps(config.population):
+        discover(run, step, config.population, config.sigmas, support, config.noise)
+    members, rewards = run.state["members"], run.state["rewards"]
+    best = select(rewards, config.top_k)
+    run.log(perturbations=len(rewards), members=len(best), support_reward=float(np.mean([rewards[i] for i in best])))
+    return run.ensemble_artifact([run.seeds_artifact([members[i]], config.noise) for i in best])

@@ -1,0 +1,183 @@
+"""SAZO: sample-adaptive zeroth-order optimisation (arXiv 2610.12566): MeZO that draws training
+examples in proportion to how much they still move the weights, at no extra model call.
+
+*** RECONSTRUCTION, NOT A REPRODUCTION. No text or code of the SAZO paper was available: only a
+summary of its abstract (../shared/reference/METHODS.md, section 3.2, marked [uncertain]). The
+rule below is that section's design, built from the abstract and standard importance-sampling
+SGD; every detail the abstract does not state is a choice made here, marked [choice], and
+exposed in the config where it is a setting. Results of this method are results of this design. ***
+
+Algorithm (MeZO's step, methods.mezo, with an adaptive batch and importance weights):
+
+    state: s_j for every training example j (O(N) floats), an EMA of its squared directional derivative
+    s_j = s0 for all j; s0 = mean d_j^2 over a warm-up of uniform MeZO steps (default: one epoch)
+    for t = 1..T:
+        p_j = (1 - beta) / N + beta sqrt(s_j) / sum_k sqrt(s_k)       (p_j >= (1 - beta) / N: none starved)
+        draw a batch B of |B| distinct examples, example j included with probability |B| p_j
+        draw a step seed; z ~ N(0, I) regenerated from it
+        l+_j = l_j(theta + eps z), l-_j = l_j(theta - eps z) for j in B    (MeZO's two forward passes)
+        d_j = (l+_j - l-_j) / (2 eps)                                        (~ grad l_j . z, per example)
+        g = (1/|B|) sum_{j in B} d_j / (N p_j)        (unbiased: E_B[g] = (1/N) sum_j d_j, MeZO's target)
+        theta <- theta - lr (g z + wd theta)
+        s_j <- rho s_j + (1 - rho) d_j^2 for j in B   (E_z[(grad l_j . z)^2] = ||grad l_j||^2)
+
+The variance-optimal sampling law is p_j proportional to ||grad l_j||; sqrt(s_j) estimates it from
+the d_j MeZO computes anyway, so a step costs exactly MeZO's 2 |B| forward passes.
+
+Choices where the abstract is silent:
+- [choice] Batches are drawn WITHOUT replacement, as MeZO's are, by systematic sampling over a
+  random order (Madow 1949), whose inclusion probabilities are exactly pi_j = |B| p_j; the
+  estimate is then Horvitz-Thompson's, (1/N) sum_{j in B} d_j / pi_j, which is the formula above.
+  A batch cannot include an example with probability above 1: where |B| p_j > 1 (tiny data sets,
+  beta near 1) pi_j is capped at 1 and the other examples share the rest in proportion to p, and
+  the weight uses the capped law, so the estimate stays unbiased. With replacement would allow
+  the same example twice in a batch, a query that adds nothing.
+- [choice] While p is uniform (beta = 0, or the warm-up) the batch is drawn exactly as MeZO draws
+  it (`run.batch`), so those steps are MeZO's, draw for draw and bit for bit.
+- [choice] s0: the mean d_j^2 of a warm-up of uniform steps (METHODS.md's example), or a constant.
+  An example not yet visited keeps s0; as training lowers the gradients, s0 exceeds the visited
+  examples' s_j, so unvisited examples are drawn more, not starved.
+- [choice] The EMA advances on a visit, not every step; no staleness decay (the uniform share
+  1 - beta bounds every weight by 1 / (1 - beta) and revisits every example).
+- [choice] beta = 0.5 and rho = 0.9 (METHODS.md's example for rho); the paper's values are unknown.
+- Logged each step: `loss`, the importance-weighted batch loss, an unbiased estimate of the mean
+  training loss (MeZO's uniform mean is its beta = 0 case), so loss against `forward_passes`
+  compares SAZO and MeZO; `sampling_entropy` (nats, of p; log N when uniform);
+  `max_importance_weight` (max_j 1 / (N p_j) over the whole data set); `share_visited`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from harness.errors import NogradError
+from harness.perturb import trainable
+from methods import register
+from methods.mezo import zo_step, zo_update
+
+
+@dataclass
+class SAZOConfig:
+    """MeZO's settings (same defaults) plus the sampler's; the sampler's defaults are this reconstruction's choices."""
+
+    steps: int = 20000
+    """Optimisation steps T."""
+    lr: float = 1e-6
+    """Learning rate eta (README: 1e-6 or 1e-7 for full parameters)."""
+    eps: float = 1e-3
+    """Perturbation scale epsilon."""
+    batch_size: int = 16
+    """Training problems per step; both forward passes use the same batch."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay lambda, not applied to biases and norm weights."""
+    objective: Literal["loss", "reward"] = "loss"
+    """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean greedy-rollout reward."""
+    noise: Literal["iid", "shared"] = "iid"
+    """Noise across tensors: independent per tensor (MeZO) or one seed re-used for every tensor."""
+    beta: float = 0.5
+    """Adaptive share of the sampling law, in [0, 1): p_j = (1 - beta)/N + beta sqrt(s_j)/sum sqrt(s); 0 is MeZO."""
+    rho: float = 0.9
+    """EMA decay of s_j, in [0, 1): s_j <- rho s_j + (1 - rho) d_j^2 on each visit of example j."""
+    s0: float | None = None
+    """Initial s_j of every example; null: the mean d_j^2 over the warm-up of uniform (MeZO) steps."""
+    warmup_steps: int | None = None
+    """Uniform steps that measure s0 when s0 is null; null: one epoch, ceil(N / batch_size)."""
+
+
+def sampling_ratios(scores: np.ndarray, beta: float) -> np.ndarray:
+    """N p_j, each example's sampling probability relative to uniform, for
+    p_j = (1 - beta) / N + beta sqrt(s_j) / sum_k sqrt(s_k). Written as a ratio so that
+    beta = 0 gives exactly 1 (importance weight 1 / ratio = 1, bit for bit MeZO)."""
+    root = np.sqrt(scores)
+    if root.sum() == 0:  # no example has moved yet: nothing to prefer
+        return np.ones(len(scores))
+    return (1 - beta) + beta * len(scores) * root / root.sum()
+
+
+def capped_ratios(ratios: np.ndarray, size: int) -> np.ndarray:
+    """The ratios N p_j a batch of `size` distinct examples can realise: its inclusion probability
+    pi_j = size * ratio_j / N is at most 1, so ratios above N / size are capped there and the
+    others rescaled in proportion to keep their sum N. Unchanged when no ratio exceeds the cap."""
+    n, cap = len(ratios), len(ratios) / size
+    capped = ratios
+    while (capped > cap).any():  # each pass caps at least one more example, so at most N passes
+        full = capped >= cap
+        capped = np.where(full, cap, ratios * (n - full.sum() * cap) / ratios[~full].sum())
+    return capped
+
+
+def systematic_sample(rng: np.random.Generator, inclusion: np.ndarray) -> np.ndarray:
+    """Indices of distinct examples, example j included with probability inclusion[j] (each at most
+    1, summing to the batch size): systematic sampling over a random order (Madow 1949). With
+    equal probabilities the batch is a uniformly random subset, MeZO's law."""
+    order = rng.permutation(len(inclusion))
+    edges = np.cumsum(inclusion[order])
+    size = round(edges[-1])
+    edges[-1] = size  # float rounding must not leave the last point past the end
+    return order[np.searchsorted(edges, rng.random() + np.arange(size), side="right")]
+
+
+def ema_(scores: np.ndarray, picks: np.ndarray, grads: np.ndarray, rho: float) -> None:
+    """s_j <- rho s_j + (1 - rho) d_j^2 for the examples just visited; the others keep theirs."""
+    scores[picks] = rho * scores[picks] + (1 - rho) * grads**2
+
+
+@register("sazo", config=SAZOConfig,
+          paper="SAZO: Sample-Adaptive Zeroth-Order optimisation (arXiv 2610.12566); reconstructed from its abstract")
+def train(config: SAZOConfig, run) -> dict:
+    if not (0 <= config.beta < 1 and 0 <= config.rho < 1):
+        raise NogradError(f"methods.sazo: beta ({config.beta}) and rho ({config.rho}) must lie in [0, 1)")
+    if config.s0 is not None and config.s0 < 0:
+        raise NogradError(f"methods.sazo: s0 ({config.s0}) is a mean square and cannot be negative")
+    n = len(run.train)
+    size = min(config.batch_size, n)
+    if config.s0 is None:
+        warmup = math.ceil(n / size) if config.warmup_steps is None else config.warmup_steps
+        if warmup < 1:
+            raise NogradError("methods.sazo: s0 is null, so warmup_steps must be at least 1 (or set s0)")
+    else:
+        warmup = 0
+    params = trainable(run.model)
+    position = {problem.id: j for j, problem in enumerate(run.train)}
+    # Everything carried from step to step lives in run.state, which every checkpoint saves.
+    run.state.update(scores=np.full(n, np.nan if config.s0 is None else config.s0), visited=np.zeros(n, bool),
+                     warmup_d2=0.0, warmup_count=0)
+    for step in run.steps(config.steps):
+        state = run.state  # read every step: a resume replaces run.state with the checkpoint's
+        scores, visited = state["scores"], state["visited"]
+        if step == warmup and config.s0 is None:
+            scores[:] = state["warmup_d2"] / state["warmup_count"]
+        if step < warmup or config.beta == 0:
+            ratios = np.ones(n)
+            batch = run.batch(size)
+            picks = np.array([position[problem.id] for problem in batch])
+        else:
+            ratios = capped_ratios(sampling_ratios(scores, config.beta), size)
+            picks = systematic_sample(run.rng, size * ratios / n)
+            batch = [run.train[j] for j in picks]
+        if config.objective == "loss":
+            objective = lambda: run.loss(batch)  # noqa: E731
+        else:
+            objective = lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])  # noqa: E731
+        seed = int(run.rng.integers(2**31))
+        grads, loss = zo_step(params, objective, seed, config.eps, config.noise)
+        weights = torch.as_tensor(1 / ratios[picks], dtype=grads.dtype, device=grads.device)
+        projected = (weights * grads).mean().item()
+        zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)
+        d = grads.detach().double().cpu().numpy()
+        if step < warmup:
+            state["warmup_d2"] += float((d**2).sum())
+            state["warmup_count"] += len(d)
+        else:
+            ema_(scores, picks, d, config.rho)
+        visited[picks] = True
+        p = ratios / n
+        run.log(loss=(weights * loss).mean().item(), projected_grad=projected,
+                sampling_entropy=float(-(p * np.log(p)).sum()), max_importance_weight=float(1 / ratios.min()),
+                share_visited=float(visited.mean()))
+    return run.save_model()

@@ -1,0 +1,62 @@
+"""A stand-in for `harness.training.Run` whose reward is known in closed form, for testing
+population methods (RandOpt, CoRP) without a language model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from harness.training import Run
+
+
+class SyntheticRun:
+    """Problem j (an integer) is solved when the parameters have moved along a hidden unit
+    direction u by more than its threshold tau_j: reward_j(theta) = 1[<theta - theta_0, u> > tau_j].
+
+    `rollout` returns these 0/1 rewards for the current parameters; `train`, `rng`, `state`,
+    `steps`, `log` and the artifact helpers behave as the real run's (no checkpoints)."""
+
+    method = "synthetic"
+
+    def __init__(self, thresholds, seed: int = 0):
+        generator = torch.Generator().manual_seed(seed)
+        self.model = torch.nn.Linear(64, 32)  # two tensors, so iid noise differs between them
+        with torch.no_grad():
+            for param in self.model.parameters():
+                param.copy_(torch.randn(param.shape, generator=generator))
+        self.base = [p.detach().clone() for p in self.model.parameters()]
+        direction = torch.randn(sum(p.numel() for p in self.base), generator=generator, dtype=torch.float64)
+        self.direction = direction / direction.norm()
+        self.thresholds = np.asarray(thresholds, dtype=np.float64)
+        self.train = list(range(len(self.thresholds)))
+        self.task = SimpleNamespace(name="synthetic")
+        self.rng = np.random.default_rng(seed)
+        self.state: dict = {}
+        self.history: list[dict] = []
+        self.rollouts = 0
+        self._step = 0
+
+    seeds_artifact = staticmethod(Run.seeds_artifact)
+    ensemble_artifact = staticmethod(Run.ensemble_artifact)
+
+    def displacement(self) -> torch.Tensor:
+        """theta - theta_0, flattened in `trainable` order, in float64."""
+        return torch.cat([(p.detach() - b).double().reshape(-1) for p, b in zip(self.model.parameters(), self.base)])
+
+    def rewards(self, problems) -> np.ndarray:
+        along = float(self.displacement() @ self.direction)
+        return np.array([float(along > self.thresholds[j]) for j in problems])
+
+    def rollout(self, problems, n: int = 1, temperature: float = 0.0):
+        self.rollouts += 1
+        return None, np.repeat(self.rewards(problems)[:, None], n, axis=1)
+
+    def steps(self, total: int):
+        for step in range(total):
+            self._step = step
+            yield step
+
+    def log(self, **metrics: float) -> None:
+        self.history.append({"step": self._step, **{k: float(v) for k, v in metrics.items()}})
