@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -58,27 +57,13 @@ import torch
 from harness.errors import NogradError
 from harness.perturb import trainable
 from methods import register
-from methods.mezo import zo_step, zo_update
+from methods.mezo import MeZOConfig, zo_step, zo_update
 
 
 @dataclass
-class SAZOConfig:
+class SAZOConfig(MeZOConfig):
     """MeZO's settings (same defaults) plus the sampler's; the sampler's defaults are this reconstruction's choices."""
 
-    steps: int = 20000
-    """Optimisation steps T."""
-    lr: float = 1e-6
-    """Learning rate eta (README: 1e-6 or 1e-7 for full parameters)."""
-    eps: float = 1e-3
-    """Perturbation scale epsilon."""
-    batch_size: int = 16
-    """Training problems per step; both forward passes use the same batch."""
-    weight_decay: float = 0.0
-    """Decoupled weight decay lambda, not applied to biases and norm weights."""
-    objective: Literal["loss", "reward"] = "loss"
-    """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean greedy-rollout reward."""
-    noise: Literal["iid", "shared"] = "iid"
-    """Noise across tensors: independent per tensor (MeZO) or one seed re-used for every tensor."""
     beta: float = 0.5
     """Adaptive share of the sampling law, in [0, 1): p_j = (1 - beta)/N + beta sqrt(s_j)/sum sqrt(s); 0 is MeZO."""
     rho: float = 0.9
