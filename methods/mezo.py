@@ -72,17 +72,21 @@ def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, 
     perturb_(params, seed, -lr * projected_grad, noise)
 
 
+def batch_objective(run, batch: Sequence, objective: str) -> Callable[[], torch.Tensor]:
+    """The per-example loss on `batch` that zo_step differentiates: the reference solutions'
+    cross-entropy ('loss') or minus the reward of one greedy rollout ('reward')."""
+    if objective == "loss":
+        return lambda: run.loss(batch)
+    return lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])
+
+
 @register("mezo", config=MeZOConfig, paper="Malladi et al. 2023, Fine-Tuning Language Models with Just Forward Passes, NeurIPS (arXiv 2305.17333)")
 def train(config: MeZOConfig, run) -> dict:
     params = trainable(run.model)
-    for step in run.steps(config.steps):
+    for _ in run.steps(config.steps):
         batch = run.batch(config.batch_size)
-        if config.objective == "loss":
-            objective = lambda: run.loss(batch)  # noqa: E731
-        else:
-            objective = lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])  # noqa: E731
         seed = int(run.rng.integers(2**31))
-        grads, loss = zo_step(params, objective, seed, config.eps, config.noise)
+        grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
         zo_update(params, seed, grads.mean().item(), config.lr, config.weight_decay, config.noise)
         run.log(loss=loss.mean().item(), projected_grad=grads.mean().item())
     return run.save_model()

@@ -57,7 +57,7 @@ import torch
 from harness.errors import NogradError
 from harness.perturb import trainable
 from methods import register
-from methods.mezo import MeZOConfig, zo_step, zo_update
+from methods.mezo import MeZOConfig, batch_objective, zo_step, zo_update
 
 
 @dataclass
@@ -145,12 +145,8 @@ def train(config: SAZOConfig, run) -> dict:
             ratios = capped_ratios(sampling_ratios(scores, config.beta), size)
             picks = systematic_sample(run.rng, size * ratios / n)
             batch = [run.train[j] for j in picks]
-        if config.objective == "loss":
-            objective = lambda: run.loss(batch)  # noqa: E731
-        else:
-            objective = lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])  # noqa: E731
         seed = int(run.rng.integers(2**31))
-        grads, loss = zo_step(params, objective, seed, config.eps, config.noise)
+        grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
         weights = torch.as_tensor(1 / ratios[picks], dtype=grads.dtype, device=grads.device)
         projected = (weights * grads).mean().item()
         zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)

@@ -4,6 +4,7 @@ test session from a config (no download, no model package), and the offline envi
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,24 @@ def workdir(request, tmp_path, monkeypatch, tiny_model_dir):
         return evaluation.evaluate(run_cfg, method, "gsm8k", 0, artifact_file=Path(artifact), out=Path(out), **common)
 
     return SimpleNamespace(config=run_cfg, train=train, evaluate=evaluate)
+
+
+@contextmanager
+def killed_at_step(monkeypatch, step: int):
+    """Training, run inside, is killed (KeyboardInterrupt) when it logs step `step`, as a kill
+    between checkpoints would; the context expects the interruption and then undoes the patch."""
+    from harness import training
+
+    log = training.Run.log
+
+    def killed(self, **metrics):
+        if self._step == step:
+            raise KeyboardInterrupt
+        log(self, **metrics)
+
+    monkeypatch.setattr(training.Run, "log", killed)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        monkeypatch.setattr(training.Run, "log", log)

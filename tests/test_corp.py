@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from harness import training
 from harness.outputs import read_json
 from harness.perturb import combine_
 from methods.corp import (CoRPConfig, compatibility, constructive, ess_weights, merge, paired_lcb, sample_local,
                           stack)
 from methods.corp import train as corp
 from synthetic import SyntheticRun
+from conftest import killed_at_step
 
 
 def test_elite_is_the_upper_reward_quantile():
@@ -180,17 +180,8 @@ def test_short_run_gives_one_model_and_repeats_when_killed_and_resumed(workdir, 
 
     # Again from the same seed, killed in Stage 2 and resumed from the checkpoint after Stage 0.
     shutil.rmtree("results/work")
-    log = training.Run.log
-
-    def killed_in_stage_2(self, **metrics):
-        if self._step == 5:
-            raise KeyboardInterrupt
-        log(self, **metrics)
-
-    monkeypatch.setattr(training.Run, "log", killed_in_stage_2)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(monkeypatch, 5):
         workdir.train("results/b/artifact.json")
     assert Path("results/work/train/corp/gsm8k/seed0/checkpoint/state.pt").exists()
-    monkeypatch.setattr(training.Run, "log", log)
     again = read_json(workdir.train("results/b/artifact.json"))
     assert again["terms"] == spec["terms"], "same seed, different model"

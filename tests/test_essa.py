@@ -20,6 +20,7 @@ from harness import models, spaces, training
 from harness.errors import NogradError
 from harness.outputs import read_json
 from methods.essa import ESSAConfig, generation, new_search
+from conftest import killed_at_step
 
 
 def adapted(model_dir):
@@ -184,19 +185,10 @@ def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypa
     with the first run's adapter bit for bit, the same rewards and the same stage meters."""
     reference = adapter(essa.train("results/a/artifact.json"))
     shutil.rmtree("results/work")
-    log = training.Run.log
-
-    def killed_at_generation_2(self, **metrics):  # after the search's checkpoint, taken after generation 1
-        if self._step == 3 + 2:
-            raise KeyboardInterrupt
-        log(self, **metrics)
-
-    monkeypatch.setattr(training.Run, "log", killed_at_generation_2)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(monkeypatch, 3 + 2):  # after the search's checkpoint, taken after generation 1
         essa.train("results/b/artifact.json")
     saved = torch.load("results/work/train/essa/gsm8k/seed0/checkpoint/state.pt", weights_only=False)
     assert (saved["stage"], saved["step"]) == ("search", 2) and "sft" in saved["stages"], "resumes inside the search"
-    monkeypatch.setattr(training.Run, "log", log)
     resumed = adapter(essa.train("results/b/artifact.json"))
     assert reference.keys() == resumed.keys() and all(torch.equal(reference[k], resumed[k]) for k in reference)
     first, second = (read_json(Path(f"results/{r}/metrics.json")) for r in "ab")

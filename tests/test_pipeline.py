@@ -11,8 +11,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import tiny_config
-from harness import training
+from conftest import killed_at_step, tiny_config
 from harness.outputs import read_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,19 +31,10 @@ def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(workdir, monk
     assert all(torch.equal(reference[k], again[k]) for k in reference), "same seed, different model"
 
     shutil.rmtree("results/work")
-    log = training.Run.log
-
-    def killed_at_step_3(self, **metrics):
-        if self._step == 3:
-            raise KeyboardInterrupt
-        log(self, **metrics)
-
-    monkeypatch.setattr(training.Run, "log", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(monkeypatch, 3):
         prepared("results/c/artifact.json")
     assert not Path("results/c/artifact.json").exists(), "a killed job must not leave its output"
     assert Path("results/work/train/mezo/gsm8k/seed0/checkpoint/state.pt").exists()
-    monkeypatch.setattr(training.Run, "log", log)
     resumed = prepared("results/c/artifact.json")
     history = read_json(resumed.parent / "metrics.json")["history"]
     assert [h["step"] for h in history] == [0, 1, 2, 3]

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from harness import training
 from harness.errors import NogradError
 from harness.outputs import read_json
 from harness.perturb import noise, trainable
 from methods.randopt import RandOptConfig, discover, select
 from methods.randopt import train as randopt
 from synthetic import SyntheticRun
+from conftest import killed_at_step
 
 
 def test_top_k_best_first_ties_to_the_earlier_member():
@@ -89,17 +89,8 @@ def test_short_run_votes_with_k_inference_passes_and_repeats_when_killed_and_res
 
     # Again from the same seed, killed after member 3 and resumed from the checkpoint after member 2.
     shutil.rmtree("results/work")
-    log = training.Run.log
-
-    def killed_at_member_3(self, **metrics):
-        if self._step == 3:
-            raise KeyboardInterrupt
-        log(self, **metrics)
-
-    monkeypatch.setattr(training.Run, "log", killed_at_member_3)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(monkeypatch, 3):
         workdir.train("results/b/artifact.json")
     assert Path("results/work/train/randopt/gsm8k/seed0/checkpoint/state.pt").exists()
-    monkeypatch.setattr(training.Run, "log", log)
     again = read_json(workdir.train("results/b/artifact.json"))
     assert again["members"] == spec["members"], "same seed, different ensemble"

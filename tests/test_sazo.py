@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import tiny_config
+from conftest import killed_at_step, tiny_config
 from evals.tasks.base import Problem
 from harness import config, training
 from harness.config import field_docs
@@ -300,17 +300,8 @@ def test_same_seed_same_weights_and_an_interrupted_run_resumes_to_them(jobs, mon
     assert all(torch.equal(weights(reference)[k], weights(again)[k]) for k in weights(reference))
 
     shutil.rmtree("results/work")
-    log = training.Run.log
-
-    def killed_at_step_3(self, **metrics):  # after the checkpoint at step 2, in the adaptive phase
-        if self._step == 3:
-            raise KeyboardInterrupt
-        log(self, **metrics)
-
-    monkeypatch.setattr(training.Run, "log", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(monkeypatch, 3):  # after the checkpoint at step 2, in the adaptive phase
         jobs.train("sazo", "results/c/artifact.json", **settings)
-    monkeypatch.setattr(training.Run, "log", log)
     resumed = jobs.train("sazo", "results/c/artifact.json", **settings)
     assert all(torch.equal(weights(reference)[k], weights(resumed)[k]) for k in weights(reference))
     first, second = (read_json(a.parent / "metrics.json")["history"] for a in (reference, resumed))
