@@ -10,6 +10,7 @@ evaluation resumes where it stopped and gives the same completions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -63,8 +64,8 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
                 if key not in cached:
                     chunk = problems[start : start + size]
                     prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
-                    params_b = SamplingParams(**{**params.__dict__, "seed": ev.seed * 100_003 + b})
-                    rows = sample(model, tokenizer, prompts, params_b,
+                    seeded = dataclasses.replace(params, seed=ev.seed * 100_003 + b)
+                    rows = sample(model, tokenizer, prompts, seeded,
                                   desc=f"{mode} {task.name} member {member} problems {start}-{start + len(chunk)}")
                     cached[key] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r] for r in rows]
                     with open(cache, "a") as fh:

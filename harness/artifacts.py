@@ -45,4 +45,3 @@ def each_member(artifact: dict, meter: meters.Meters, dtype: str = "float32", de
         meter.attach(model)
         yield model, tokenizer
         meter.detach()
-        del model

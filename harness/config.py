@@ -214,8 +214,6 @@ def _one_line(error: jsonschema.ValidationError) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
         return f"unknown key {', '.join(map(repr, unknown))} in {where} (valid: {', '.join(allowed)})"
-    if error.validator == "required":
-        return f"{where}: {error.message}"
     return f"{where}: {error.message}"
 
 
