@@ -1,0 +1,69 @@
+"""What every benchmark shares: the embedded model, a GSM8K prompt, medians of timed runs, and
+the table each writes. Benchmarks measure ratios side by side in one process; they are not tests."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness import data
+
+data.skip_unreachable_hub()  # before transformers and datasets are imported: they read it once
+
+import torch  # noqa: E402
+
+from evals.sampler import prompt_text  # noqa: E402
+from evals.tasks import get_task  # noqa: E402
+from harness import models  # noqa: E402
+from harness.config import REPO, Config, load  # noqa: E402
+
+OUT = Path("results/speed")
+
+
+def embedded_model():
+    """The embedded default model (converted once into results/model, as the DAG does), metered."""
+    from harness import meters
+
+    cfg: Config = load(REPO / "config" / "config.yaml")
+    manifest = models.prepare(cfg.model, Path("results/model"))
+    model, tokenizer = models.load(manifest, cfg.dtype, cfg.device)
+    meters.Meters().attach(model)
+    return model, tokenizer
+
+
+def gsm8k_prompts(tokenizer, count: int = 1) -> list[str]:
+    """The first `count` GSM8K test problems in the model's chat format."""
+    task = get_task("gsm8k")
+    problems, _ = task.load("test", data.data_dir(load(REPO / "config" / "config.yaml")))
+    return [prompt_text(tokenizer, task.messages(p)) for p in problems[:count]]
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> tuple[float, object]:
+    """Median wall-clock of `repeats` calls after one untimed warm-up call; and the last result."""
+    result = run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def machine() -> str:
+    threads = torch.get_num_threads()
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} ({threads} threads)"
+
+
+def write_table(name: str, title: str, header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, printed and written to results/speed/<name>.md."""
+    lines = [f"**{title}** ({machine()})", "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header)] + ["| " + " | ".join(row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.md").write_text(text)
+    print(text)
+    return text

@@ -1,0 +1,75 @@
+"""Sampler speed: n samples of one GSM8K prompt, `model.generate` vs nograd's sampler vs the
+forward-pass ceiling, side by side in one process on the embedded model.
+
+The ceiling is the model's own rate for the same shape: decode-step forward passes at batch n
+with the key/value cache in place, without sampling and without retiring finished rows.
+
+    python -m benchmarks.sampler [--samples 64] [--new-tokens 256] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.common import embedded_model, gsm8k_prompts, median_seconds, write_table
+from evals.sampler import SamplingParams, new_cache, sample, stop_ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    model, tokenizer = embedded_model()
+    prompt = gsm8k_prompts(tokenizer)[0]
+    batch = tokenizer([prompt], return_tensors="pt").to(model.device)
+    n, new = args.samples, args.new_tokens
+    params = SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=new, batch_size=n)
+    stop = sorted(stop_ids(model, tokenizer))
+
+    @torch.no_grad()
+    def generate() -> int:
+        torch.manual_seed(0)
+        out = model.generate(**batch, do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                             max_new_tokens=new, num_return_sequences=n, eos_token_id=stop,
+                             pad_token_id=tokenizer.pad_token_id)
+        generated = 0
+        for row in out[:, batch["input_ids"].shape[1]:].tolist():
+            ends = [i for i, t in enumerate(row) if t in stop]
+            generated += ends[0] + 1 if ends else len(row)
+        return generated
+
+    def ours() -> int:
+        return sum(c.tokens for row in sample(model, tokenizer, [prompt], params) for c in row)
+
+    @torch.no_grad()
+    def ceiling() -> int:
+        cache = new_cache(model, batch["input_ids"].shape[1] + new)
+        model(**batch, cache=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(torch.zeros(n, dtype=torch.long, device=model.device))
+        tokens = batch["input_ids"][:, -1:].expand(n, 1)
+        for step in range(new):
+            position = torch.full((n, 1), batch["input_ids"].shape[1] + step, device=model.device)
+            model(input_ids=tokens, position_ids=position, cache=cache, use_cache=True)
+        return n * new
+
+    rows, rates = [], {}
+    for name, run in (("transformers generate", generate), ("nograd sampler", ours), ("forward-pass ceiling", ceiling)):
+        seconds, tokens = median_seconds(run, args.repeats)
+        rates[name] = tokens / seconds
+        rows.append([name, f"{tokens}", f"{seconds:.1f}", f"{rates[name]:.1f}"])
+    for row in rows:
+        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x", f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
+    write_table("sampler", f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, "
+                f"top-p {args.top_p}, median of {args.repeats}",
+                ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"], rows)
+
+
+if __name__ == "__main__":
+    main()
