@@ -42,10 +42,11 @@ def gsm8k_prompts(tokenizer, count: int = 1) -> list[str]:
     return [prompt_text(tokenizer, task.messages(p)) for p in problems[:count]]
 
 
-def median_seconds(run: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """Median wall-clock of `repeats` calls after one untimed warm-up call; and the last result."""
-    result = run()
-    times = []
+def median_seconds(run: Callable[[], object], repeats: int, warm_up: Callable[[], object] | None = None):
+    """Median wall-clock of `repeats` calls after one untimed warm-up call (`warm_up`, else `run`
+    itself); and the last call's result."""
+    (warm_up or run)()
+    times, result = [], None
     for _ in range(repeats):
         start = time.perf_counter()
         result = run()

@@ -10,6 +10,7 @@ with the key/value cache in place, without sampling and without retiring finishe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 
@@ -34,7 +35,7 @@ def main() -> None:
     stop = sorted(stop_ids(model, tokenizer))
 
     @torch.no_grad()
-    def generate() -> int:
+    def generate(new: int = new) -> int:
         torch.manual_seed(0)
         out = model.generate(**batch, do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
                              max_new_tokens=new, num_return_sequences=n, eos_token_id=stop,
@@ -45,11 +46,11 @@ def main() -> None:
             generated += ends[0] + 1 if ends else len(row)
         return generated
 
-    def ours() -> int:
+    def ours(params: SamplingParams = params) -> int:
         return sum(c.tokens for row in sample(model, tokenizer, [prompt], params) for c in row)
 
     @torch.no_grad()
-    def ceiling() -> int:
+    def ceiling(new: int = new) -> int:
         cache = new_cache(model, batch["input_ids"].shape[1] + new)
         model(**batch, cache=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(torch.zeros(n, dtype=torch.long, device=model.device))
@@ -60,8 +61,11 @@ def main() -> None:
         return n * new
 
     rows, rates = [], {}
-    for name, run in (("transformers generate", generate), ("nograd sampler", ours), ("forward-pass ceiling", ceiling)):
-        seconds, tokens = median_seconds(run, args.repeats)
+    short = dataclasses.replace(params, max_new_tokens=8)
+    paths = (("transformers generate", generate, lambda: generate(8)), ("nograd sampler", ours, lambda: ours(short)),
+             ("forward-pass ceiling", ceiling, lambda: ceiling(8)))
+    for name, run, warm_up in paths:
+        seconds, tokens = median_seconds(run, args.repeats, warm_up)
         rates[name] = tokens / seconds
         rows.append([name, f"{tokens}", f"{seconds:.1f}", f"{rates[name]:.1f}"])
     for row in rows:

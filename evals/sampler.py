@@ -17,7 +17,9 @@ Greedy decoding gives `generate`'s tokens, and sampling uses `generate`'s own lo
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from tqdm.auto import tqdm
@@ -165,19 +167,23 @@ def _inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None) -> to
 
 @torch.no_grad()
 def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, owners: list[int], params: SamplingParams,
-           stop: set[int], generator: torch.Generator | None) -> list[list[int]]:
+           stop: set[int], generator: torch.Generator | None, adapters: list[str] | None = None) -> list[list[int]]:
     """Token ids generated for each row; row r continues prompt `owners[r]` of the left-padded
-    batch (`prompt_ids`, `prompt_mask`), whose prefill is computed once for all its rows."""
+    batch (`prompt_ids`, `prompt_mask`), whose prefill is computed once for all its rows.
+    `adapters` names each prompt's LoRA adapter (peft's mixed-adapter batches)."""
     width = prompt_ids.shape[1]
     cache = new_cache(model, width + params.max_new_tokens)
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     padded = not bool(prompt_mask.all())
+    extra = {} if adapters is None else {"adapter_names": adapters}
     logits = model(input_ids=prompt_ids, attention_mask=prompt_mask if padded else None, position_ids=positions,
-                   cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                   cache=cache, use_cache=True, logits_to_keep=1, **extra).logits[:, -1]
     meters.of(model).count("forward_passes", len(owners) - len(prompt_ids))  # the shared prefills' other rows
     rows = torch.tensor(owners, device=prompt_ids.device)
     cache.batch_select_indices(rows)
     logits, position = logits[rows], positions[rows, -1]
+    if adapters is not None:
+        extra = {"adapter_names": [adapters[owner] for owner in owners]}
     mask = torch.ones(len(owners), width + params.max_new_tokens, dtype=prompt_mask.dtype, device=prompt_mask.device)
     mask[:, :width] = prompt_mask[rows]
     outputs: list[list[int]] = [[] for _ in owners]
@@ -197,19 +203,36 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, owners: l
             cache.batch_select_indices(index)
             tokens, position, mask = tokens[index], position[index], mask[index]
             live, running = [live[i] for i in keep], [True] * len(keep)
+            if adapters is not None:
+                extra = {"adapter_names": [extra["adapter_names"][i] for i in keep]}
         position = position + 1
         length = width + step + 1
         logits = model(input_ids=tokens[:, None], attention_mask=mask[:, :length] if padded else None,
-                       position_ids=position[:, None], cache=cache, use_cache=True).logits[:, -1]
+                       position_ids=position[:, None], cache=cache, use_cache=True, **extra).logits[:, -1]
     return outputs
 
 
+@contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """No dropout while sampling (peft also accepts mixed-adapter batches only in eval mode); the
+    model's mode is restored after."""
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
+
+
 @torch.no_grad()
-def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: str | None = None) -> list[list[Completion]]:
+def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: str | None = None,
+           adapters: list[str] | None = None) -> list[list[Completion]]:
     """`params.n` completions for each prompt, in prompt order.
 
     Rows are generated in fixed chunks of `batch_size`, each chunk seeded by (seed, chunk), so
-    the same prompts and parameters give the same completions.
+    the same prompts and parameters give the same completions. `adapters`, for a peft model,
+    names the LoRA adapter each prompt is answered with: members of a population that differ
+    only in their adapters are sampled in one batch, sharing the base model's matmuls.
     """
     meter = meters.of(model)
     owners = [i for i in range(len(prompts)) for _ in range(params.n)]
@@ -217,7 +240,7 @@ def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: s
     completions: list[Completion] = []
     bar = tqdm(total=len(owners), desc=desc or "sampling", unit="seq", disable=desc is None, mininterval=2.0)
     started, generated = time.perf_counter(), 0
-    with meter.phase("generate"):
+    with meter.phase("generate"), eval_mode(model):
         for chunk, start in enumerate(range(0, len(owners), params.batch_size)):
             rows = owners[start : start + params.batch_size]
             first = rows[0]
@@ -227,7 +250,7 @@ def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: s
             if params.temperature > 0:
                 generator = torch.Generator(model.device).manual_seed(params.seed * 1_000_003 + chunk)
             ids = decode(model, batch["input_ids"], batch["attention_mask"], [r - first for r in rows], params, stop,
-                         generator)
+                         generator, None if adapters is None else adapters[first : rows[-1] + 1])
             for tokens in ids:
                 finished = tokens[-1] in stop
                 completions.append(Completion(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finished))

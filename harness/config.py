@@ -59,6 +59,10 @@ class EvaluationConfig:
     """Coverage of the confidence intervals."""
     seed: int = 1234
     """Seed of the sampler, the same for every method."""
+    crosscheck: bool = True
+    """Also score greedy GSM8K and MATH accuracy of every single-model result with lm-evaluation-harness (its own generation loop; nograd's prompts and verifier), shown beside nograd's greedy figure."""
+    crosscheck_size: int | None = None
+    """Test problems the lm-eval cross-check scores: the first of the evaluated test split; null for all."""
 
 
 @dataclass
@@ -67,6 +71,8 @@ class RewardConfig:
 
     format_weight: float = 0.1
     """Added to the reward when the completion states its answer in the task's format."""
+    on_error: Literal["raise", "zero"] = "raise"
+    """A verifier that raises or returns NaN: 'raise' stops the run with one line naming the task, problem and completion; 'zero' scores that completion 0 and counts it (meter reward_errors)."""
 
 
 @dataclass

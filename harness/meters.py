@@ -5,8 +5,11 @@ Counted by hooks on the model:
   forward, a prefill); a generated sequence counts once, however many decode steps it takes,
   since its decode steps extend the same forward pass.
 - tokens_processed: token positions computed in forward calls (prefill, decode steps, training).
-- backward_passes: sequences whose logits a backward pass went through.
-Counted by the harness's sampler and reward: sequences_generated, tokens_generated, reward_calls.
+- backward_passes: sequences whose logits (or, under TRL's fused LM head, whose token
+  log-probabilities) a backward pass went through.
+Counted by the harness's sampler and reward: sequences_generated, tokens_generated, reward_calls,
+reward_errors (completions scored 0 because the verifier failed, under `reward.on_error: zero`).
+TRL's trainers generate without the sampler; methods/grpo.py counts their rollouts the same way.
 Derived: forward_equivalents = forward_passes + 2 x backward_passes (a backward costs about two forwards).
 
 Wall-clock per phase: `generate` (sampler), `score` (rewards and verifiers), `forward` (loss
@@ -30,6 +33,7 @@ COUNTERS = (
     "sequences_generated",
     "tokens_generated",
     "reward_calls",
+    "reward_errors",
 )
 PHASES = ("generate", "score", "forward")
 
@@ -48,9 +52,10 @@ class Meters:
         self.counts[name] += int(amount)
 
     def attach(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Hook the counters into a causal LM; returns the model for chaining."""
-        self.detach()
+        """Hook the counters into a causal LM; returns the model for chaining. Models attached
+        together (a policy and its reference model) all count until `detach`."""
         self._handles.append(model.register_forward_pre_hook(self._on_forward, with_kwargs=True))
+        self._handles.append(model.register_forward_hook(self._on_output))
         self._handles.append(model.get_output_embeddings().register_forward_hook(self._on_logits))
         model._nograd_meters = self
         return model
@@ -75,6 +80,14 @@ class Meters:
         if output.requires_grad:
             batch = output.shape[0]
             output.register_hook(lambda grad: self.count("backward_passes", batch))
+
+    def _on_output(self, module, args, output) -> None:
+        # TRL's fused LM head (trl.trainer.utils.add_fused_lm_head) multiplies by the head's weight
+        # without calling the head module, so `_on_logits` never sees it; its per-token
+        # log-probabilities are where the backward pass enters the model instead.
+        log_probs = getattr(output, "log_probs", None)
+        if isinstance(log_probs, torch.Tensor):
+            self._on_logits(module, args, log_probs)
 
     # -------------------------------------------------------------- time and memory
 

@@ -23,8 +23,9 @@ matrix product per LoRA matrix per `set`, not one per forward call.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -37,13 +38,13 @@ full = trainable
 """Every weight of the model, in a fixed order (tied weights once)."""
 
 
-def lora_pairs(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(lora_A, lora_B) weights of every adapted layer's active adapters, in module order."""
+def lora_pairs(model: torch.nn.Module, adapter: str | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(lora_A, lora_B) weights of every adapted layer's active adapters (or of `adapter`), in module order."""
     from peft.tuners.lora import LoraLayer
 
     return [(layer.lora_A[name].weight, layer.lora_B[name].weight)
             for layer in model.modules() if isinstance(layer, LoraLayer)
-            for name in layer.active_adapters if name in layer.lora_A]
+            for name in ([adapter] if adapter else layer.active_adapters) if name in layer.lora_A]
 
 
 def lora(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -136,3 +137,27 @@ class SingularValues:
         for weight, basis, s in zip(self.weights, self.bases, self.tensors):
             delta = (basis.U * (s - basis.s0)) @ basis.Vh
             weight.copy_((basis.weight0.double() + delta).to(weight.dtype))
+
+    @contextmanager
+    def population(self, model: torch.nn.Module, vectors: Sequence[np.ndarray]) -> Iterator[list[str]]:
+        """One extra LoRA adapter per vector (`member0`, `member1`, ...), each the active adapter
+        with its searched singular values set to that vector, for scoring a population in one
+        batch (`Run.population_rollout`). The active adapter and s are left as they were; the
+        extra adapters are deleted on exit, so checkpoints and the saved adapter never hold them."""
+        current, active = self.get(), model.active_adapter
+        names = [f"member{j}" for j in range(len(vectors))]
+        try:
+            for name, vector in zip(names, vectors):
+                model.add_adapter(name, model.peft_config[active])
+                self.set(vector)
+                with torch.no_grad():
+                    for pair, copy in zip(lora_pairs(model), lora_pairs(model, name)):
+                        for weight, target in zip(pair, copy):
+                            target.copy_(weight)
+            self.set(current)
+            yield names
+        finally:
+            self.set(current)
+            for name in names:
+                if name in model.peft_config:
+                    model.delete_adapter(name)

@@ -24,7 +24,7 @@ from evals.tasks import get_task
 from evals.tasks.base import Problem
 from harness import data, meters, models, tracking
 from harness.config import Config, config_hash
-from harness.errors import NogradError
+from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, read_json, write_json
 from methods import get_method
 
@@ -75,17 +75,31 @@ class Run:
 
     def reward(self, problem: Problem, completion: str) -> float:
         """Correctness (0/1) plus the configured format term, counted as one reward call."""
+        correct, formatted = self.reward_terms(problem, completion)
+        return correct + self.config.reward.format_weight * formatted
+
+    def reward_terms(self, problem: Problem, completion: str) -> tuple[float, float]:
+        """The two terms of `reward`: correctness (0/1) and answer format (0/1), counted as one reward call.
+
+        A verifier that raises or returns NaN stops the run with one line naming the task, the
+        problem and the completion; with `reward.on_error: zero` that completion scores 0 on both
+        terms instead and is counted in the `reward_errors` meter. Either way no NaN leaves here.
+        """
         self.meters.count("reward_calls")
         with self.meters.phase("score"):
             try:
-                correct = self.task.is_correct(problem, completion)
-                formatted = self.task.has_format(completion)
+                terms = float(self.task.is_correct(problem, completion)), float(self.task.has_format(completion))
+                if not all(map(math.isfinite, terms)):
+                    raise ValueError(f"verifier returned {terms[0]} (correct), {terms[1]} (format)")
             except Exception as error:
+                if self.config.reward.on_error == "zero":
+                    self.meters.count("reward_errors")
+                    return 0.0, 0.0
                 raise NogradError(
                     f"task {self.task.name}: reward failed on problem {problem.id} "
-                    f"({type(error).__name__}: {error}); completion: {completion[:200]!r}"
+                    f"({one_line(error)}); completion: {completion[:200]!r}"
                 ) from error
-        return float(correct) + self.config.reward.format_weight * float(formatted)
+        return terms
 
     def rollout(self, problems: Sequence[Problem], n: int = 1, temperature: float = 0.0,
                 top_p: float = 1.0) -> tuple[list[list[Completion]], np.ndarray]:
@@ -97,6 +111,19 @@ class Run:
         completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
         rewards = np.array([[self.reward(p, c.text) for c in row] for p, row in zip(problems, completions)])
         return completions, rewards
+
+    def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
+        """Greedy rollouts of every problem under each LoRA adapter in `adapters`, all in one
+        batch (peft's mixed-adapter batches: the base model's matmuls are shared, each row adds
+        its own adapter's low-rank term); rewards [adapters, problems]. Each member's completions
+        are those `rollout` gives with that adapter active, up to floating-point rounding."""
+        params = SamplingParams(max_new_tokens=self.config.training.max_new_tokens,
+                                batch_size=self.config.evaluation.batch_size)
+        prompts = self.prompts(problems)
+        completions = sample(self.model, self.tokenizer, prompts * len(adapters), params,
+                             adapters=[name for name in adapters for _ in prompts])
+        rewards = [self.reward(p, row[0].text) for p, row in zip(list(problems) * len(adapters), completions)]
+        return np.array(rewards).reshape(len(adapters), len(problems))
 
     def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
         """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
@@ -125,10 +152,12 @@ class Run:
 
     # ------------------------------------------------------------------ logging and steps
 
-    def log(self, **metrics: float) -> None:
-        """Step metrics (the method's own), logged beside every meter at the current step."""
+    def log(self, logged_elsewhere: dict[str, float] | None = None, **metrics: float) -> None:
+        """Step metrics (the method's own), logged beside every meter at the current step.
+        `logged_elsewhere` holds metrics a library already logs to the same MLflow run (TRL's
+        loss and reward): they join the history (and the report's curves) but are not logged twice."""
         record = {**{k: float(v) for k, v in metrics.items()}, **self.meters.snapshot()}
-        self.history.append({"step": self._step, **record})
+        self.history.append({"step": self._step, **record, **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
         mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
 
     def steps(self, total: int) -> Iterator[int]:

@@ -96,6 +96,8 @@ class ESSAConfig:
     """Training problems per generation, scored by every candidate with greedy rollouts."""
     final: Literal["mean", "best"] = "mean"
     """Output adapter: the CMA-ES mean after the last generation, or the best candidate scored."""
+    population_batch: bool = True
+    """Score all candidates in one batch, each row with its candidate's adapter; false: one candidate after another."""
 
 
 def sft_targets(config: ESSAConfig, run) -> list[Problem]:
@@ -145,17 +147,32 @@ def new_search(x0: np.ndarray, config: ESSAConfig, seed: int) -> cma.CMAEvolutio
     return cma.CMAEvolutionStrategy(x0, config.sigma0 * float(np.abs(x0).mean()), options)
 
 
-def generation(es: cma.CMAEvolutionStrategy, space: spaces.SingularValues, reward: Callable[[], float]) -> np.ndarray:
-    """One CMA-ES generation: every candidate's singular values are set in place and scored by
-    `reward()`; CMA-ES is told -reward. Leaves the adapter at the new mean; returns the rewards."""
+def generation(es: cma.CMAEvolutionStrategy, space: spaces.SingularValues,
+               score: Callable[[list[np.ndarray]], np.ndarray]) -> np.ndarray:
+    """One CMA-ES generation: `score` gives every candidate's reward, CMA-ES is told -reward.
+    Leaves the adapter at the new mean; returns the rewards."""
     candidates = es.ask()
-    rewards = []
-    for x in candidates:
-        space.set(x)
-        rewards.append(float(reward()))
+    rewards = np.asarray(score(candidates), dtype=float)
     es.tell(candidates, [-r for r in rewards])
     space.set(es.mean)
-    return np.asarray(rewards)
+    return rewards
+
+
+def scorer(config: ESSAConfig, run, space: spaces.SingularValues, batch: list[Problem]):
+    """Mean greedy reward on `batch` of each candidate: all candidates in one batch (each a LoRA
+    adapter of its own, `population_batch`), or one after another with the adapter rewritten."""
+    def batched(candidates: list[np.ndarray]) -> np.ndarray:
+        with space.population(run.model, candidates) as adapters:
+            return run.population_rollout(batch, adapters).mean(axis=1)
+
+    def in_turn(candidates: list[np.ndarray]) -> np.ndarray:
+        rewards = []
+        for x in candidates:
+            space.set(x)
+            rewards.append(run.rollout(batch)[1].mean())
+        return np.asarray(rewards)
+
+    return batched if config.population_batch else in_turn
 
 
 @register("essa", config=ESSAConfig, paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)")
@@ -176,7 +193,7 @@ def train(config: ESSAConfig, run) -> dict:
         space.set(es.mean)  # after a resume the bases are restored but s is not
         for _ in run.steps(config.generations):
             batch = run.batch(config.batch_size)
-            rewards = generation(es, space, lambda: run.rollout(batch)[1].mean())
+            rewards = generation(es, space, scorer(config, run, space, batch))
             run.log(reward=rewards.mean(), reward_best=rewards.max(), sigma=es.sigma,
                     bytes_exchanged=4 * len(rewards) * (space.dimension + 1))
         space.set(es.result.xbest if config.final == "best" else es.mean)

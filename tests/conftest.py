@@ -77,7 +77,8 @@ def tiny_config(model_dir: Path, **methods) -> dict:
         "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
                   "code": {"train_size": 4, "test_size": 2}},
         "methods": methods or {"base": {}, "mezo": {"steps": 3, "batch_size": 2}},
-        "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50},
+        "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50,
+                       "crosscheck": False},
         "training": {"max_new_tokens": 8, "checkpoint_every": 2},
     }
 

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from evals import evaluate as evaluation
-from harness import models, spaces, training
+from harness import meters, models, spaces, training
 from harness.errors import NogradError
 from harness.outputs import read_json
 from methods.essa import ESSAConfig, generation, new_search
@@ -95,11 +95,53 @@ def test_cma_es_over_singular_values_finds_the_optimum_of_a_known_function(tiny_
     assert reward() == pytest.approx(-0.25, rel=1e-4)
     es = new_search(x0, ESSAConfig(), seed=0)
     assert es.popsize == 4 + int(3 * np.log(16))
+    def score(candidates):
+        scores = []
+        for x in candidates:
+            space.set(x)
+            scores.append(reward())
+        return scores
+
     for _ in range(120):
-        rewards = generation(es, space, reward)
+        rewards = generation(es, space, score)
     assert np.array_equal(space.get(), es.mean), "the adapter is left at the CMA-ES mean"
     assert np.linalg.norm(es.mean - target) < 1e-3
     assert rewards.max() > -1e-5
+
+
+@pytest.mark.parametrize("decompose", ["each", "product"])
+def test_a_population_of_adapters_answers_in_one_batch_as_each_member_alone(tiny_model_dir, decompose):
+    """Each row of a mixed-adapter batch gets its own candidate's completion: the batched
+    population gives the per-member loop's greedy completions, and leaves the adapter as it was."""
+    from evals.sampler import SamplingParams, sample
+
+    model = adapted(tiny_model_dir)
+    _, tokenizer = models.load(tiny_model_dir)
+    meters.Meters().attach(model)
+    with torch.no_grad():  # weights large enough that a small change of s changes the completion
+        for name, param in model.named_parameters():
+            if "norm" not in name:
+                param.mul_(10)
+    space = spaces.SingularValues(model, decompose)
+    original = [w.detach().clone() for w in spaces.lora(model)]
+    x0 = space.get()
+    candidates = [x0 * np.random.default_rng(j).uniform(0, 3, x0.size) for j in range(4)]
+    prompts, params = ["a b", "What is 1 + 2?", "c"], SamplingParams(max_new_tokens=12, batch_size=5)
+    # One token in eight ends a completion, so rows leave the batch at different steps.
+    model.generation_config.eos_token_id = list(range(0, len(tokenizer), 8))
+    alone = []
+    for x in candidates:
+        space.set(x)
+        alone += [row[0] for row in sample(model, tokenizer, prompts, params)]
+    space.set(x0)
+    assert len({c.text for c in alone}) > len(prompts), "the candidates must answer differently"
+    assert len({c.tokens for c in alone if c.finished}) > 1 and not all(c.finished for c in alone)
+    with space.population(model, candidates) as adapters:
+        together = sample(model, tokenizer, prompts * len(adapters), params,
+                          adapters=[name for name in adapters for _ in prompts])
+    assert [row[0] for row in together] == alone
+    assert list(model.peft_config) == ["default"], "the population's adapters are deleted"
+    assert all(torch.equal(w, o) for w, o in zip(spaces.lora(model), original))
 
 
 def test_a_pickled_search_draws_the_same_candidates_whatever_numpy_global_state():

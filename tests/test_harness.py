@@ -30,7 +30,7 @@ def test_every_method_config_field_is_documented_and_paper_yaml_holds_the_defaul
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, corp, essa, essam, essam_f, mezo"),
+        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo"),
         ({"tasks": {"gsm9k": {}}}, "unknown key 'gsm9k' in tasks (valid: code, gsm8k, math)"),
         ({"methods": {"mezo": {"lrr": 1}}}, "unknown key 'lrr' in methods.mezo (valid: batch_size, eps"),
         ({"methods": {"mezo": {"lr": "fast"}}}, "methods.mezo.lr: 'fast' is not of type 'number'"),

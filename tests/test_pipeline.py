@@ -69,7 +69,7 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
     result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
     assert result.returncode != 0
-    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, mezo" in result.stderr + result.stdout
+    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo" in result.stderr + result.stdout
 
 
 def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
@@ -137,6 +137,7 @@ GRADIENT_FREE = {
 
 def test_every_gradient_free_method_through_the_dag(tmp_path, tiny_model_dir):
     cfg = {**tiny_config(tiny_model_dir, **GRADIENT_FREE), "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}}}
+    cfg["evaluation"]["crosscheck"] = True  # lm-eval on every artifact kind: model, adapter, seed list, ensemble
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -149,3 +150,40 @@ def test_every_gradient_free_method_through_the_dag(tmp_path, tiny_model_dir):
     report = (tmp_path / "results" / "report" / "report.md").read_text()
     for name in ("SAZO", "ESSAM", "ESSAM-F", "RandOpt", "CoRP", "ESSA"):
         assert f"| {name} " in report
+    checks = {c["method"]: c for c in summary["crosschecks"]}
+    assert set(checks) == set(GRADIENT_FREE)
+    assert not checks["randopt"]["applicable"], "a majority vote has no single model to hand to lm-eval"
+    assert all(c["applicable"] and c["problems"] == 2 for m, c in checks.items() if m != "randopt")
+
+
+RL = {
+    "grpo": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4,
+             "gradient_checkpointing": False},
+    "fgrpo": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4,
+              "gradient_checkpointing": False, "gamma": 0.5},
+}
+
+
+def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir, **RL)))
+    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = read_json(tmp_path / "results" / "summary.json")
+    assert {(r["method"], r["task"]) for r in summary["results"]} == {
+        (m, t) for m in RL for t in ("gsm8k", "math", "code")}
+    for r in summary["results"]:
+        train = r["cost"]["train"]
+        assert train["forward_passes"] == 2 * 2 * 2, "2 x 2 rollouts: a generation and a loss forward each"
+        assert train["backward_passes"] == train["sequences_generated"] == train["reward_calls"] == 2 * 2
+        assert r["cost"]["eval"]["forward_passes"] > 0 and len(r["pass_at_k"]) == 3
+    report = (tmp_path / "results" / "report" / "report.md").read_text()
+    assert "| GRPO " in report and "| F-GRPO " in report
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["tiny"])
+    assert runs["tags.nograd.kind"].value_counts().to_dict() == {"train": 6, "eval": 6, "summary": 1}
+    trained = runs[runs["tags.nograd.kind"] == "train"]
+    assert trained["metrics.reward"].notna().all() and trained["metrics.final.backward_passes"].eq(4).all()
+    assert trained[trained["tags.nograd.method"] == "fgrpo"]["metrics.focal_weight/mean"].notna().all()

@@ -1,0 +1,274 @@
+"""GRPO: group relative policy optimisation (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300),
+run by TRL's own `GRPOTrainer` (trl 1.16.0, pinned), not a reimplementation.
+
+Algorithm (TRL's `_generate_and_score_completions` and `_compute_loss`, METHODS.md section 7):
+
+    for t = 1..T:
+        draw B prompts; sample G completions o_1..o_G of each at temperature tau
+        r_i = correct_i + w format_i                  (the task's verifier: the harness's reward)
+        A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4)
+        one AdamW step on -min(rho_i,t A_i, clip(rho_i,t, 1 - eps, 1 + eps_high) A_i) + beta KL_k3,
+        rho = pi_theta / pi_old per token, aggregated over tokens and rollouts by `loss_type`
+
+B = prompts_per_step, G = num_generations; rollouts are as long as `training.max_new_tokens`.
+Defaults are the F-GRPO paper's GRPO setting (METHODS.md sections 2 and 7.3): G = 8,
+loss_type 'grpo', group-scaled rewards, no KL term (beta = 0), eps = 0.2 on both sides, learning
+rate 1e-6, constant; the paper's batch size and step count were not retrieved, so B = 64 and
+T = 300 are stated choices. `lora_rank` > 0 trains a peft LoRA adapter instead of every weight.
+
+How it sits in the harness:
+- Prompts are the harness's own (`run.prompts`: the model's chat template, the same text the
+  evaluator samples from), given to TRL as plain strings, which TRL tokenises as the sampler does.
+- The reward is the harness's (`run.reward_terms`, so every completion is one metered reward
+  call and a failing verifier raises or scores 0 as `reward.on_error` says), passed to TRL as
+  two reward functions, `correctness` and `format`, weighted 1 and `reward.format_weight`: TRL's
+  summed reward is the harness's reward, and F-GRPO reads the correctness column on its own.
+- Rollouts: drawn by the harness's sampler (the trainer below overrides TRL's generation step),
+  so GRPO's sampling costs what every other method's does, and are counted and timed as the
+  sampler counts every other method's.
+- Meters: TRL's generation, log-prob and loss forwards go through the model's hooks, backward
+  passes through the fused LM head's log-probs (harness/meters.py); a reference model (beta > 0,
+  full parameters) is hooked too.
+- Precision: the configured dtype; in bfloat16 or float16, full-parameter training keeps fp32
+  master weights and autocasts the computation, as TRL and verl train in half precision.
+- MLflow: the harness has opened the run; TRL's MLflowCallback (report_to mlflow) finds it active
+  and logs into it without ending it: TRL's arguments as params, and at TRL's global step
+  (optimizer steps done, 1..T) its loss, reward, rewards/correctness/mean, rewards/format/mean,
+  kl, entropy, completions/mean_length, completions/clipped_ratio, clip_ratio/*. The harness
+  meters are logged at the harness's step index (0..T-1, as for every method): TRL's step s sits
+  beside the meters' step s - 1.
+- Resume: the harness's step loop runs in step with TRL's (a callback advances it at each
+  optimizer step), so the harness checkpoints its meters, history and weights every
+  `training.checkpoint_every` steps, right after TRL has saved its own checkpoint of the same
+  step (weights, optimizer, scheduler, RNG, data position) in run.work_dir/trl, outside the
+  declared outputs. A killed run restarts from the harness's last checkpoint and TRL's checkpoint
+  of that step (`resume_from_checkpoint`); the artifact is written only after the last step, so a
+  killed run is never taken as done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from evals.sampler import SamplingParams, decode, eval_mode
+from harness import meters
+from harness.errors import NogradError
+from methods import register
+
+PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class GRPOMethodConfig:
+    """GRPO as the F-GRPO paper runs it (METHODS.md section 7.3); batch size and steps are stated choices."""
+
+    steps: int = 300
+    """Optimizer steps T (TRL's max_steps); each samples a fresh batch of prompts."""
+    prompts_per_step: int = 64
+    """Prompts B per step; each is sampled num_generations times."""
+    num_generations: int = 8
+    """Group size G: completions per prompt, whose rewards are normalised against each other (F-GRPO paper: 8)."""
+    micro_batch_size: int = 8
+    """Completions per forward/backward pass; a step accumulates gradients over B x G of them (memory, not the algorithm)."""
+    learning_rate: float = 1e-6
+    """AdamW learning rate, constant over the run."""
+    beta: float = 0.0
+    """Coefficient of the KL penalty to the starting model; 0 loads no reference model."""
+    epsilon: float = 0.2
+    """Clipping range of the importance ratio: 1 - epsilon below (and above unless epsilon_high is set)."""
+    epsilon_high: float | None = None
+    """Upper clipping range; null for epsilon (GRPO); DAPO uses 0.28."""
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo", "cispo"] = "grpo"
+    """TRL's loss aggregation: 'grpo' averages tokens within each completion, then completions; 'dapo' averages all tokens of the batch."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantages divided by the group's reward std (GRPO), the batch's, or by nothing (Dr. GRPO)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts."""
+    gradient_checkpointing: bool = True
+    """Recompute activations in the backward pass (TRL's default): less memory for about one more forward."""
+    lora_rank: int = 0
+    """0 trains every parameter; r > 0 trains a LoRA adapter of rank r (peft) and leaves the base frozen."""
+    lora_alpha: float = 32.0
+    """LoRA alpha: the adapter's update BA is scaled by alpha / r."""
+    lora_target_modules: list[str] = field(default_factory=lambda: list(PROJECTIONS))
+    """Linear layers given an adapter when lora_rank > 0."""
+
+
+class VerifierRewards:
+    """The task's verifier as two TRL reward functions over the same completions. TRL calls them
+    in order on one batch; `correctness` verifies each completion once (one metered reward call)
+    and leaves its format terms for `format`."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self._format: list[float] | None = None
+
+    def correctness(self, completions: list[str], problem_index: list[int], **_) -> list[float]:
+        terms = [self.run.reward_terms(self.run.train[i], text) for i, text in zip(problem_index, completions)]
+        self._format = [formatted for _, formatted in terms]
+        return [correct for correct, _ in terms]
+
+    def format(self, completions: list[str], **_) -> list[float]:
+        terms, self._format = self._format, None
+        if terms is None or len(terms) != len(completions):
+            raise RuntimeError("TRL called the format reward without the correctness reward on the same batch")
+        return terms
+
+
+class MeteredGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with its rollouts drawn by the harness's sampler, as every other
+    method's are: `_generate_single_turn` hands the prompt ids to `evals.sampler.decode` (each
+    group's prompt prefilled once, a preallocated cache, finished rows retired, temperature and
+    top-p as `generate` applies them) and returns the completion ids as TRL's own path does; TRL's
+    path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
+    penalty). `_generate` counts the rollouts (sequences, tokens) and times them (phase
+    'generate'). Both are private to TRL: the pin trl==1.16.0 (pyproject.toml) is what keeps
+    their signatures and return values as used here."""
+
+    def _generate(self, prompts: list):
+        meter = meters.of(self.model)
+        with meter.phase("generate"):
+            output = super()._generate(prompts)
+        completion_ids = output[1]
+        meter.count("sequences_generated", len(completion_ids))
+        meter.count("tokens_generated", sum(map(len, completion_ids)))
+        return output
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
+                or self.top_k or self.min_p or self.repetition_penalty != 1.0):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        distinct, owners = [], []
+        for ids in prompt_ids:  # a group's G copies of its prompt are adjacent
+            if not distinct or distinct[-1] != ids:
+                distinct.append(ids)
+            owners.append(len(distinct) - 1)
+        width, pad = max(map(len, distinct)), self._tokenizer.pad_token_id
+        device = self.accelerator.device
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in distinct], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in distinct], device=device)
+        params = SamplingParams(temperature=self.temperature, top_p=self.top_p or 1.0,
+                                max_new_tokens=self.max_completion_length)
+        with eval_mode(self.model):
+            completion_ids = decode(self.model, ids, mask, owners, params, set(self.eos_token_ids), None)
+        return completion_ids, None
+
+
+class HarnessSteps(TrainerCallback):
+    """Runs the harness's step loop in step with TRL's optimizer steps: the harness numbers, logs
+    (its meters, after the optimizer step) and checkpoints step k while TRL runs its step k."""
+
+    def __init__(self, run, loop, first: int) -> None:
+        self.run, self.loop, self.step = run, loop, first
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step != self.step:
+            self.step = next(self.loop)
+        if state.global_step != self.step:
+            raise RuntimeError(f"TRL is at step {state.global_step}, the harness at {self.step}")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:  # a step's log, not the summary TRL logs when training ends
+            self.run.log(logged_elsewhere={"loss": logs["loss"], "reward": logs["reward"]})
+
+
+def check(config: GRPOMethodConfig, run) -> None:
+    """One line naming the setting, before any work, for what TRL would reject or silently skip."""
+    where = f"methods.{run.method}"
+    if config.num_generations < 2:
+        raise NogradError(f"{where}: num_generations ({config.num_generations}) must be at least 2 to form a group")
+    if not 1 <= config.prompts_per_step <= len(run.train):
+        raise NogradError(f"{where}: prompts_per_step ({config.prompts_per_step}) must lie between 1 and the "
+                          f"{len(run.train)} training problems of task {run.task.name}")
+    rollouts = config.prompts_per_step * config.num_generations
+    if config.micro_batch_size < 1 or rollouts % config.micro_batch_size:
+        raise NogradError(f"{where}: micro_batch_size ({config.micro_batch_size}) must divide prompts_per_step x "
+                          f"num_generations ({config.prompts_per_step} x {config.num_generations} = {rollouts})")
+
+
+def trl_config(config: GRPOMethodConfig, run) -> GRPOConfig:
+    """TRL's arguments: the method's settings, the harness's rollout length, reward weights,
+    checkpoint cadence and dtype (autocast to it unless it is float32)."""
+    rollouts = config.prompts_per_step * config.num_generations
+    return GRPOConfig(
+        output_dir=str(run.work_dir / "trl"),
+        max_steps=config.steps,
+        per_device_train_batch_size=config.micro_batch_size,
+        gradient_accumulation_steps=rollouts // config.micro_batch_size,
+        num_generations=config.num_generations,
+        max_completion_length=run.config.training.max_new_tokens,
+        temperature=config.temperature,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        beta=config.beta,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        loss_type=config.loss_type,
+        scale_rewards=config.scale_rewards,
+        reward_weights=[1.0, run.config.reward.format_weight],
+        gradient_checkpointing=config.gradient_checkpointing,
+        bf16=run.config.dtype == "bfloat16",
+        fp16=run.config.dtype == "float16",
+        use_cpu=run.model.device.type == "cpu",
+        seed=run.seed,
+        logging_steps=1,
+        report_to=["mlflow"],
+        save_strategy="steps",
+        save_steps=run.config.training.checkpoint_every,
+        save_total_limit=2,  # the harness's last checkpoint is at most one TRL checkpoint behind
+        disable_tqdm=True,  # the harness's step loop shows the progress
+    )
+
+
+def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run, **trainer_kwargs) -> dict:
+    """Train with `trainer_class` (TRL's GRPOTrainer or a subclass) inside the harness's step loop."""
+    check(config, run)
+    # Both before the step loop starts, so that a resumed run loads its weights into the same model.
+    if config.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        run.model = get_peft_model(run.model, LoraConfig(
+            r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=config.lora_target_modules,
+            lora_dropout=0.0, task_type="CAUSAL_LM"))
+    elif run.config.dtype != "float32":
+        # Mixed precision, as TRL and verl train in half precision: fp32 master weights (an AdamW
+        # update of about lr = 1e-6 is below bfloat16's resolution of most weights), computation
+        # autocast to the configured dtype. A LoRA adapter is kept in fp32 by peft already.
+        run.model.float()
+    loop = run.steps(config.steps)
+    first = next(loop, None)
+    if first is not None:
+        rewards = VerifierRewards(run)
+        dataset = Dataset.from_dict({"prompt": run.prompts(run.train), "problem_index": list(range(len(run.train)))})
+        trainer = trainer_class(
+            model=run.model, reward_funcs=[rewards.correctness, rewards.format], args=trl_config(config, run),
+            train_dataset=dataset, processing_class=run.tokenizer, callbacks=[HarnessSteps(run, loop, first)],
+            **trainer_kwargs,
+        )
+        if trainer.ref_model is not None:
+            run.meters.attach(trainer.ref_model)
+        resume = None
+        if first > 0:
+            resume = Path(trainer.args.output_dir) / f"checkpoint-{first}"
+            if not (resume / "trainer_state.json").exists():
+                raise NogradError(f"{run.method}: the harness checkpoint is at step {first} but TRL's {resume} is "
+                                  f"missing; delete {run.work_dir} to start over")
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if next(loop, None) is not None:
+            raise RuntimeError(f"TRL stopped at step {trainer.state.global_step} of {config.steps}")
+    return run.save_adapter() if config.lora_rank else run.save_model()
+
+
+@register("grpo", config=GRPOMethodConfig,
+          paper="Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
+                "(arXiv 2402.03300); run with TRL's GRPOTrainer (trl 1.16.0)")
+def train(config: GRPOMethodConfig, run) -> dict:
+    return run_trainer(MeteredGRPOTrainer, config, run)
