@@ -1,13 +1,14 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make run   - the whole Snakemake DAG on config/config.yaml, then where the report is
 #   make test  - the test suite (what CI runs)
+#   make snakemake-report - after a run: Snakemake's self-contained report with provenance
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test mlflow-ui clean
+.PHONY: run test browser snakemake-report mlflow-ui clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -23,11 +24,24 @@ $(STAMP): pyproject.toml requirements.lock
 run: $(STAMP)
 	$(BIN)/snakemake
 	@echo
-	@echo "Report:    results/report/report.md (and report.html)"
+	@echo "Report:    results/report/report.html (and report.md, tables, figures)"
+	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
 	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/pytest -q
+
+# The report's browser test opens the HTML in headless Chromium. Installed with apt-get where it
+# can be (as root, or with password-less sudo); where it cannot, that one test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null 2>&1 && \
+		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
+		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium not installed: the report's browser test will be skipped"
+
+snakemake-report: $(STAMP)
+	$(BIN)/snakemake --report results/report/snakemake.html
 
 mlflow-ui: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db \

@@ -1,7 +1,8 @@
 # nograd: post-train a model with each method on each task and seed, evaluate every result
 # the same way, and render the comparison report.
 #
-#   model -> data(task) -> train(method, task, seed) -> evaluate(method, task, seed) -> report
+#   model -> data(task) -> train(method, task, seed) -> evaluate(method, task, seed) -> collect -> report
+#                                                  \-> crosscheck(method, task, seed) -/   (gsm8k, math)
 #
 # The config (config/config.yaml unless --configfile is given) is validated against
 # config/schema.yaml at parse time. Each job gets only the part of the config it depends on,
@@ -12,8 +13,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
+from evals.crosscheck import TASKS as LM_EVAL_TASKS
 from harness import config as configuration
 from harness.errors import NogradError
+from reports.render import FIGURE_TITLES
+from reports.render import outputs as report_outputs
+
+# `snakemake --report results/report/snakemake.html` after a run: this page, the report rule's
+# tables and figures with their captions, and the workflow's provenance (rules, code, runtimes).
+report: "reports/captions/workflow.rst"
 
 if not workflow.config_settings.configfiles:
     configfile: Path(workflow.basedir) / "config" / "config.yaml"
@@ -24,6 +32,7 @@ except NogradError as error:
     raise WorkflowError(str(error)) from None
 
 METHODS, TASKS, SEEDS = list(CONFIG.methods), list(CONFIG.tasks), CONFIG.seeds
+CROSSCHECK_TASKS = [t for t in TASKS if t in LM_EVAL_TASKS] if CONFIG.evaluation.crosscheck else []
 NOGRAD = f"{sys.executable} -m harness.cli"
 
 
@@ -129,9 +138,37 @@ rule evaluate:
         "--tracking {input.tracking} --out {output.metrics} 2>&1 | tee {log}"
 
 
+# lm-evaluation-harness's greedy GSM8K/MATH accuracy of the same artifact on the same problems, for
+# the report to show beside nograd's own (evaluation.crosscheck, evaluation.crosscheck_size).
+rule crosscheck:
+    input:
+        artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
+        data="results/data/{task}/manifest.json",
+    output:
+        "results/crosscheck/{method}/{task}/seed{seed}.json",
+    wildcard_constraints:
+        task="|".join(CROSSCHECK_TASKS),
+    params:
+        config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+    threads: workflow.cores
+    log:
+        "results/logs/crosscheck/{method}/{task}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/crosscheck/{method}/{task}/seed{seed}.tsv"
+    shell:
+        "{NOGRAD} crosscheck --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
+        "--seed {wildcards.seed} --artifact {input.artifact} --data results/data/{wildcards.task} --out {output} "
+        "2>&1 | tee {log}"
+
+
 rule collect:
     input:
         metrics=expand("results/eval/{method}/{task}/seed{seed}/metrics.json", method=METHODS, task=TASKS, seed=SEEDS),
+        completions=expand("results/eval/{method}/{task}/seed{seed}/completions.jsonl", method=METHODS, task=TASKS,
+                           seed=SEEDS),
+        train=expand("results/train/{method}/{task}/seed{seed}/metrics.json", method=METHODS, task=TASKS, seed=SEEDS),
+        crosschecks=expand("results/crosscheck/{method}/{task}/seed{seed}.json", method=METHODS, task=CROSSCHECK_TASKS,
+                           seed=SEEDS),
         model="results/model/manifest.json",
         data=expand("results/data/{task}/manifest.json", task=TASKS),
     output:
@@ -144,8 +181,26 @@ rule collect:
     benchmark:
         "results/benchmarks/collect.tsv"
     shell:
-        "{NOGRAD} collect --config-json {params.config:q} --metrics {input.metrics} --model {input.model} "
-        "--data {input.data} --out {output.json} 2>&1 | tee {log}"
+        "{NOGRAD} collect --config-json {params.config:q} --metrics {input.metrics} --completions {input.completions} "
+        "--train-metrics {input.train} --crosschecks {input.crosschecks} --model {input.model} --data {input.data} "
+        "--out {output.json} 2>&1 | tee {log}"
+
+
+def reported(name):
+    """A report file as the report rule declares it: the HTML, tables and PNG figures flagged for
+    `snakemake --report`, each with its caption (reports/captions/); the rest plain outputs."""
+    path = f"results/report/{name}"
+    stem, ext = name.rsplit(".", 1)
+    if name == "report.html":
+        return report(path, caption="reports/captions/report.rst", category="1. Report")
+    if ext == "csv":
+        return report(path, caption=f"reports/captions/{stem}.rst", category="2. Tables")
+    if ext == "png":
+        kind, _, task = stem.partition("_")
+        title = FIGURE_TITLES[kind]
+        return report(path, caption=f"reports/captions/{kind}.rst", category="3. Figures", subcategory=title,
+                      labels={"figure": title, "task": task or "all tasks"})
+    return path
 
 
 rule report:
@@ -154,7 +209,7 @@ rule report:
         tracking="results/tracking.json",
     output:
         md="results/report/report.md",
-        html="results/report/report.html",
+        files=[reported(name) for name in report_outputs(TASKS) if name != "report.md"],
     params:
         config=lambda wc: job_config(),
     log:

@@ -63,10 +63,23 @@ def cmd_evaluate(args) -> None:
           + ", ".join(f"pass@{r['k']} {r['value']:.3f}" for r in result["pass_at_k"]))
 
 
+def cmd_crosscheck(args) -> None:
+    from evals import crosscheck
+
+    result = crosscheck.crosscheck(_config(args), args.method, args.task, args.seed, args.artifact, args.data,
+                                   args.out)
+    if result["applicable"]:
+        print(f"{args.method} {args.task} seed{args.seed}: lm-eval greedy {result['accuracy']:.3f} on "
+              f"{result['problems']} problems ({result['prompts_identical']} prompts identical to nograd's)")
+    else:
+        print(f"{args.method} {args.task} seed{args.seed}: not applicable ({result['reason']})")
+
+
 def cmd_collect(args) -> None:
     from reports import build
 
-    summary = build.collect(_config(args), args.metrics, args.model, args.data, args.out)
+    summary = build.collect(_config(args), args.metrics, args.model, args.data, args.out, args.completions,
+                            args.train_metrics, args.crosschecks)
     print(f"collected {len(summary['results'])} results into {args.out}")
 
 
@@ -101,9 +114,13 @@ def parser() -> argparse.ArgumentParser:
             out=path)
     command("evaluate", cmd_evaluate, "evaluate one trained artifact", **run, artifact=path, data=path,
             tracking=path, out=path)
+    command("crosscheck", cmd_crosscheck, "greedy accuracy of one artifact through lm-evaluation-harness", **run,
+            artifact=path, data=path, out=path)
     files = dict(type=Path, nargs="+", required=True)
-    command("collect", cmd_collect, "gather every evaluation result into one summary", metrics=files, model=path,
-            data=files, out=path)
+    optional_files = dict(type=Path, nargs="*", default=[])
+    command("collect", cmd_collect, "gather every result (evaluations, completions, training histories, "
+            "cross-checks) into one summary", metrics=files, model=path, data=files, out=path,
+            completions=optional_files, **{"train-metrics": optional_files, "crosschecks": optional_files})
     command("report", cmd_report, "render the report from the summary and log it to MLflow", summary=path,
             tracking=path, out=path)
     return root

@@ -1,8 +1,9 @@
-"""From result files to the report: `collect` gathers every evaluation into one summary, and
-`report` renders it and logs it to MLflow as the artifacts of a summary run.
+"""From result files to the report: `collect` gathers every result into one summary, and `report`
+renders it and logs it to MLflow as the artifacts of a summary run.
 
 The report is computed from the files Snakemake tracks, never from MLflow, so its provenance
-is the DAG's; MLflow gets a copy for browsing.
+is the DAG's; MLflow gets a copy for browsing. A result file that is missing (a failed seed, a
+method not run) leaves a gap that the report names, never an error.
 """
 
 from __future__ import annotations
@@ -13,19 +14,105 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
+from harness import config as configuration
 from harness import data, tracking
-from harness.config import Config, config_hash
+from harness.config import REPO, Config, config_hash, to_dict
 from harness.outputs import atomic_path, read_json, write_json
+from reports.citations import suite_version
 from reports.render import render
+from reports.scores import read_completions
+
+MAX_HISTORY_POINTS = 1000
+"""Training histories longer than this are binned to it in the summary: a bin keeps its last
+meter readings (counters, times) and the mean of each step metric (loss, reward)."""
 
 
-def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_manifests: list[Path],
-            out: Path) -> dict:
-    """Write `summary.json` (every run's result and the run's scale) and a flat `summary.csv`."""
-    results = [read_json(path) for path in metrics_files if Path(path).exists()]
+def thin(history: list[dict], meter_keys: set[str], points: int = MAX_HISTORY_POINTS) -> list[dict]:
+    """At most `points` entries of a training history, in order, as MAX_HISTORY_POINTS says."""
+    if len(history) <= points:
+        return history
+    bounds = [round(i * len(history) / points) for i in range(points + 1)]
+    thinned = []
+    for start, end in zip(bounds, bounds[1:]):
+        chunk = history[start:end]
+        row = dict(chunk[-1])
+        for key in {k for step in chunk for k in step} - meter_keys - {"step"}:
+            values = [step[key] for step in chunk if key in step and step[key] == step[key]]
+            if values:
+                row[key] = sum(values) / len(values)
+        thinned.append(row)
+    return thinned
+
+
+def _key(record: dict) -> tuple[str, str, int]:
+    return record["method"], record["task"], int(record["seed"])
+
+
+def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.yaml") -> list[str]:
+    """How this run's scale differs from the published one (config/paper.yaml), in words."""
+    paper = configuration.load(paper_file)
+    ev, paper_ev = cfg.evaluation, paper.evaluation
+    differences = []
+    if cfg.model != paper.model:
+        differences.append(f"model {cfg.model} (paper scale: {paper.model})")
+    if ev.samples != paper_ev.samples:
+        differences.append(f"{ev.samples} samples per problem (paper scale: {paper_ev.samples})")
+    if len(cfg.seeds) != len(paper.seeds):
+        differences.append(f"{len(cfg.seeds)} seed(s) (paper scale: {len(paper.seeds)})")
+    for task, sizes in cfg.tasks.items():
+        published = paper.tasks.get(task)
+        if published is not None and sizes.test_size != published.test_size:
+            differences.append(f"{task}: {sizes.test_size if sizes.test_size is not None else 'all'} test problems "
+                               f"(paper scale: {'all' if published.test_size is None else published.test_size})")
+    for method, settings in cfg.methods.items():
+        published = paper.methods.get(method)
+        if published is not None and to_dict(settings) != to_dict(published):
+            changed = sorted(k for k, v in to_dict(settings).items() if to_dict(published).get(k) != v)
+            differences.append(f"{method}: {', '.join(changed)} differ from the paper's defaults")
+    return differences
+
+
+def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_manifests: list[Path], out: Path,
+            completions: list[Path] = (), train_metrics: list[Path] = (), crosschecks: list[Path] = ()) -> dict:
+    """Write `summary.json` (every result, per-problem scores, training histories, cross-checks
+    and the run's scale) and a flat `summary.csv`. Files that do not exist are gaps, named in
+    `missing`."""
+    existing = [Path(path) for path in metrics_files if Path(path).exists()]
+    results = [read_json(path) for path in existing]
+    checks = [read_json(path) for path in crosschecks if Path(path).exists()]
+    compared = {_key(c) for c in checks if c.get("applicable")}
+    # An evaluation's completions.jsonl sits beside its metrics.json.
+    by_dir = {Path(path).parent.resolve(): Path(path) for path in completions if Path(path).exists()}
+    per_problem, greedy_texts = [], {}
+    for path, result in zip(existing, results):
+        found = by_dir.get(path.parent.resolve())
+        if found is None:
+            continue
+        texts = greedy_texts.setdefault(_key(result), {}) if _key(result) in compared else None
+        per_problem.append({"method": result["method"], "task": result["task"], "seed": result["seed"],
+                            **read_completions(found, texts)})
+    for check in checks:
+        if _key(check) in greedy_texts:
+            ours = greedy_texts[_key(check)]
+            check["same_text"] = sum(ours.get(p["problem"]) == p["text"] for p in check["per_problem"])
+        # The texts stay in the cross-check's own file; the summary keeps the scores.
+        check["per_problem"] = {p["problem"]: int(p["correct"]) for p in check.get("per_problem") or []}
+    histories = []
+    for path in train_metrics:
+        if not Path(path).exists():
+            continue
+        train = read_json(path)
+        histories.append({"method": train["method"], "task": train["task"], "seed": train["seed"],
+                          "trained": train.get("trained", True), "stages": train.get("stages") or {},
+                          "history": thin(train.get("history") or [], set(train.get("meters") or {}))})
+
+    present = {_key(r) for r in results}
+    missing = [{"method": m, "task": t, "seed": s} for m in cfg.methods for t in cfg.tasks for s in cfg.seeds
+               if (m, t, s) not in present]
     model = read_json(model_manifest)
     manifests = [read_json(path) for path in data_manifests]
     wall_clock = sum(r["cost"].get(phase, {}).get("wall_clock_s", 0.0) for r in results for phase in ("train", "eval"))
+    wall_clock += sum((c.get("cost") or {}).get("wall_clock_s", 0.0) for c in checks)
     header = {
         "name": cfg.name,
         "model": model["name"],
@@ -34,13 +121,21 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
                               "source": data.describe(m["test"]), "train_source": data.describe(m["train"])}
                   for m in manifests},
         "samples_per_problem": cfg.evaluation.samples,
+        "seeds": list(cfg.seeds),
+        "methods": to_dict(cfg.methods),
         "hardware": tracking.hardware(),
+        # Every job loads its model on one device (harness.models.resolve_device).
+        "devices_per_job": 1,
         "config_hash": config_hash(cfg),
         "commit": tracking.git_commit(),
+        "suite_version": suite_version(),
         "date": datetime.date.today().isoformat(),
         "total_wall_clock_s": wall_clock,
+        "scale_differences": scale_differences(cfg),
+        "crosscheck": {"enabled": cfg.evaluation.crosscheck, "size": cfg.evaluation.crosscheck_size},
     }
-    summary = {"header": header, "results": results}
+    summary = {"header": header, "results": results, "per_problem": per_problem, "histories": histories,
+               "crosschecks": checks, "missing": missing}
     write_json(out, summary)
     rows = []
     for r in results:
@@ -55,9 +150,12 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
 
 
 def report(cfg: Config, summary_file: Path, tracking_file: Path, out_dir: Path) -> dict[str, Path]:
-    """Render the Markdown and HTML report and figures; log them to an MLflow summary run."""
+    """Render the Markdown and HTML report, tables (CSV) and figures; log them, with the summary, as
+    the artifacts of an MLflow summary run (its artifact view shows the CSV tables as tables)."""
     summary = read_json(summary_file)
-    paths = render(summary["results"], summary["header"], out_dir)
+    paths = render(summary["results"], summary["header"], out_dir, per_problem=summary.get("per_problem"),
+                   histories=summary.get("histories"), crosschecks=summary.get("crosschecks"),
+                   missing=summary.get("missing"))
     tags = {"nograd.kind": "summary"}
     with tracking.run(read_json(tracking_file), cfg, f"summary {cfg.name}", tags):
         mlflow.log_artifacts(str(out_dir), "report")

@@ -1,46 +1,57 @@
-"""Render the benchmark report (Markdown, self-contained HTML, pass@k figures) from results.
+"""Render the benchmark report (Markdown, self-contained HTML, tables as CSV, figures as PNG and
+SVG) from the summary `collect` wrote.
 
-Input is one dict per (method, task, seed), as the evaluator writes it to metrics.json, and a
-header describing the run. Seeds are averaged; any cell without results reads "—", so a
-partial experiment still renders.
+Input: one dict per (method, task, seed) as the evaluator writes it to metrics.json, a header
+describing the run, and, when present, per-problem scores, training histories and lm-eval
+cross-checks. Seeds are averaged; any cell without results reads "—", and every output file is
+written whatever is missing, so a partial experiment still renders (and Snakemake finds every
+declared output).
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
 
 from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE
 from harness.outputs import atomic_path
+from reports import claims as claim_checks
+from reports import figures
+from reports.citations import paper_entries, run_entry
+from reports.names import METHOD_NAMES, display_name, ordered, rank
+from reports.scores import GREEDY, PASS, Intervals, ProblemScores, paired_difference, trailing_mean, training_curve
 
-METHOD_NAMES = {
-    "base": "Base model",
-    "mezo": "MeZO",
-    "grpo": "GRPO",
-    "fgrpo": "F-GRPO",
-    "essa": "ESSA",
-    "essam": "ESSAM",
-    "essam_f": "ESSAM-F",
-    "randopt": "RandOpt",
-    "corp": "CoRP",
-    "sazo": "SAZO",
-}
-"""Method names as their papers write them, in the order the report lists methods."""
+__all__ = ["FIGURE_TITLES", "METHOD_NAMES", "display_name", "outputs", "passk_figure", "render"]
 
 MISSING = "—"
+REFERENCES = ("base", "grpo")
+"""Every method is compared problem by problem with the base model and with GRPO."""
+TABLES = ("accuracy", "paired", "cost_time", "cost_queries", "stages", "claims", "crosscheck")
+"""Tables also written as CSV (results/report/table_<name>.csv), for the Snakemake report and MLflow."""
+FIGURE_TITLES = {"passk": "pass@k against k", "cost": "Accuracy against training cost", "curves": "Training curves",
+                 "memory": "Peak memory"}
+"""The report's figures: one of each of the first three per task (`<kind>_<task>`), one `memory`."""
+PER_TASK_FIGURES = ("passk", "cost", "curves")
 
 # (column, cost phase or None for a top-level field, key, format). The counters are those of
 # training: evaluation runs the same protocol for every method, times its inference passes.
-COST_COLUMNS = [
+TIME_COLUMNS = [
     ("Peak memory, train (MB)", "train", "peak_memory_mb", "{:,.0f}"),
     ("Peak memory, eval (MB)", "eval", "peak_memory_mb", "{:,.0f}"),
     ("Wall-clock, train (s)", "train", "wall_clock_s", "{:,.1f}"),
+    ("train: generate (s)", "train", "time_generate_s", "{:,.1f}"),
+    ("train: score (s)", "train", "time_score_s", "{:,.1f}"),
+    ("train: forward (s)", "train", "time_forward_s", "{:,.1f}"),
+    ("train: update (s)", "train", "time_update_s", "{:,.1f}"),
     ("Wall-clock, eval (s)", "eval", "wall_clock_s", "{:,.1f}"),
+]
+QUERY_COLUMNS = [
     ("Forward passes", "train", "forward_passes", "{:,.0f}"),
     ("Backward passes", "train", "backward_passes", "{:,.0f}"),
     ("Tokens generated", "train", "tokens_generated", "{:,.0f}"),
@@ -48,6 +59,7 @@ COST_COLUMNS = [
     ("Forward-equivalents", "train", "forward_equivalents", "{:,.0f}"),
     ("Inference passes / answer", None, "inference_passes", "{:,.0f}"),
 ]
+COST_COLUMNS = TIME_COLUMNS + QUERY_COLUMNS
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -59,66 +71,120 @@ _TEMPLATES = jinja2.Environment(
 )
 
 
-def display_name(method: str) -> str:
-    """A method's name as its paper writes it; an unknown method keeps its own name."""
-    return METHOD_NAMES.get(method, method)
+def outputs(tasks) -> list[str]:
+    """The file names `render` writes for these tasks, whatever the results: what the Snakefile
+    declares as the report rule's outputs."""
+    names = ["report.md", "report.html"] + [f"table_{name}.csv" for name in TABLES]
+    stems = [f"{kind}_{task}" for task in tasks for kind in PER_TASK_FIGURES] + ["memory"]
+    return names + [f"{stem}.{fmt}" for stem in stems for fmt in figures.FORMATS]
 
 
-def render(results: list[dict], header: dict, out_dir: Path) -> dict[str, Path]:
-    """Write report.md, report.html and passk_<task>.png/.svg into `out_dir`.
+def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: list[dict] | None = None,
+           histories: list[dict] | None = None, crosschecks: list[dict] | None = None,
+           missing: list[dict] | None = None) -> dict[str, Path]:
+    """Write the report, its tables and figures into `out_dir`; return the paths by file name.
 
-    Returns the written paths keyed by file name. Each file is written under a temporary
-    name and then renamed, so an interrupted render never leaves a file that looks finished.
+    Each file is written under a temporary name and then renamed, so an interrupted render
+    never leaves a file that looks finished.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    methods = _ordered_methods(results)
+    results = [r for r in results if r]
+    # A method the config lists but that left no result still gets its rows, reading "—".
+    methods = ordered({r["method"] for r in results} | set(header.get("methods") or {}))
     header_tasks = list(header.get("tasks", {}))
     tasks = header_tasks + sorted({r["task"] for r in results} - set(header_tasks))
     scores = _score_summary(results)
+    problems = ProblemScores(per_problem or [])
+    histories = histories or []
+    crosschecks = crosschecks or []
+    # The evaluator records how its intervals were made; older results fall back to the defaults.
+    recorded = next((r["intervals"] for r in results if r.get("intervals")), {})
+    intervals = Intervals(recorded.get("bootstrap_samples", DEFAULT_BOOTSTRAP_SAMPLES),
+                          recorded.get("confidence", DEFAULT_CONFIDENCE),
+                          next((r["sampling"]["seed"] for r in results if r.get("sampling")), 0))
+    confidence = f"{intervals.confidence:.0%}"
+    model = header.get("model", "")
     written: dict[str, Path] = {}
 
-    figures = []
+    sections = {name: [] for name in ("passk", "cost", "curves")}
     for task in tasks:
         curves = scores[(scores.task == task) & (scores.metric == "pass@k")]
-        if curves.empty:
-            figures.append({"task": task, "png": None})
-            continue
-        figure = _passk_figure(curves, methods, task, header.get("model", ""))
-        for fmt in ("png", "svg"):
-            name = f"passk_{task}.{fmt}"
-            with atomic_path(out_dir / name) as tmp:
-                figure.savefig(tmp, format=fmt)
-            written[name] = out_dir / name
-        png = written[f"passk_{task}.png"]
-        figures.append({
-            "task": task,
-            "png": png.name,
-            "svg": f"passk_{task}.svg",
-            "base64": base64.b64encode(png.read_bytes()).decode("ascii"),
-        })
+        drawn = {
+            "passk": figures.passk(curves, methods, task, model),
+            "cost": figures.accuracy_vs_cost(*_cost_points(scores, results, task), task, model),
+            "curves": figures.training_curves(_curve_series(histories, task), task, model),
+        }
+        for kind, figure in drawn.items():
+            written.update(figures.save(figure, out_dir, f"{kind}_{task}"))
+            sections[kind].append(_figure_entry(written, f"{kind}_{task}", task))
+    written.update(figures.save(figures.peak_memory(_memory(results), methods, model, _device(header)), out_dir, "memory"))
 
-    # The evaluator records how its intervals were made; older results fall back to the defaults.
-    intervals = next((r["intervals"] for r in results if r.get("intervals")), {})
-    confidence = f"{intervals.get('confidence', DEFAULT_CONFIDENCE):.0%}"
-    resamples = intervals.get("bootstrap_samples", DEFAULT_BOOTSTRAP_SAMPLES)
+    evidence = claim_checks.Evidence(results, problems, histories, header, intervals)
+    claim_rows = claim_checks.check_all(evidence)
+    frames = {
+        "accuracy": _accuracy_table(scores, methods, tasks),
+        "paired": _paired_table(problems, methods, tasks, intervals),
+        "cost_time": _cost_table(results, methods, tasks, TIME_COLUMNS),
+        "cost_queries": _cost_table(results, methods, tasks, QUERY_COLUMNS),
+        "stages": _stages_table(histories),
+        "claims": _claims_table(claim_rows),
+        "crosscheck": _crosscheck_table(crosschecks, problems, methods, tasks, intervals),
+    }
+    for name, frame in frames.items():
+        path = out_dir / f"table_{name}.csv"
+        with atomic_path(path) as tmp:
+            frame.to_csv(tmp, index=False)
+        written[path.name] = path
+
     context = {
         "title": f"nograd report: {header.get('name', MISSING)}",
         "scale": _scale_line(header),
+        "differences": header.get("scale_differences") or [],
         "facts": _facts(header, results),
-        "tables": [
-            _table("Tasks", "Test-split hash: content hash of the test problems scored.",
-                   _task_table(header, results, tasks)),
-            _table("Accuracy (%)",
-                   f"Value [{confidence} interval], in percent. With several seeds: the mean over "
-                   "seeds, then the min–max of the per-seed values.",
-                   _accuracy_table(scores, methods, tasks)),
-            _table("Cost", "Means over seeds. Counters are for training; \"—\" where the method "
-                   "does not train or where results are missing.",
-                   _cost_table(results, methods, tasks)),
+        "missing": [f"{display_name(m['method'])} on {m['task']}, seed {m['seed']}" for m in missing or []],
+        "main": [
+            _table("Accuracy (%)", "accuracy", _accuracy_caption(confidence), frames["accuracy"]),
+            _table("Paired differences (percentage points)", "paired", _paired_caption(confidence), frames["paired"]),
         ],
-        "figures": figures,
-        "notes": _notes(confidence, resamples),
+        "cost": [
+            _table("Cost: memory and wall-clock", "cost_time",
+                   "Means over seeds. Training wall-clock split by phase: generate (sampling rollouts), score "
+                   "(verifiers), forward (loss forwards), update (the rest: perturbations, optimizer steps). "
+                   "\"—\" where the method does not train or results are missing.", frames["cost_time"]),
+            _table("Cost: queries", "cost_queries",
+                   "Means over seeds, counted in training, except inference passes per answer (what each test answer "
+                   "costs: 1, or K for an ensemble of K). Forward-equivalents = forward passes + 2 × backward passes.",
+                   frames["cost_queries"]),
+        ] + ([_table("Cost: separately reported stages", "stages",
+                     "Training stages a method reports on their own (e.g. ESSA's supervised warm start before its "
+                     "search), per seed.", frames["stages"])] if len(frames["stages"]) else []),
+        "claims": _table("Claim checks", "claims", "One row per claim of the seed papers. The verdict is computed "
+                         "from this run's result files by the rule in the last column (stated in full below); the "
+                         "scale column says what the comparison ran on.", frames["claims"], text_columns=7),
+        "crosscheck": _table("Cross-check with lm-evaluation-harness", "crosscheck",
+                             _crosscheck_caption(header, confidence), frames["crosscheck"], left=("Flag",)),
+        "tasks": _table("Tasks", "tasks", "Test-split hash: content hash of the test problems scored.",
+                        _task_table(header, results, tasks)),
+        "figures": [
+            {"title": FIGURE_TITLES["passk"], "caption": "pass@k (%) for k = 1, 2, 4, … up to the samples drawn per "
+             f"problem, on a log axis; bands: {confidence} bootstrap intervals over problems (means over seeds).",
+             "items": sections["passk"], "wide": False},
+            {"title": FIGURE_TITLES["cost"], "caption": "Greedy accuracy (%) of each trained method "
+             "against its training queries (forward-equivalents) and training wall-clock, log axes; bars: "
+             f"{confidence} intervals. The dashed line is the base model, which does not train.",
+             "items": sections["cost"], "wide": True},
+            {"title": FIGURE_TITLES["curves"], "caption": "Training reward and loss against training queries "
+             "(forward-equivalents): faint, the logged values; solid, a trailing mean over a tenth of the points "
+             "(the smoothing the claim checks use). One line per seed.",
+             "items": sections["curves"], "wide": True},
+            {"title": FIGURE_TITLES["memory"], "caption": "Peak memory per method (GiB), training (solid) beside "
+             "evaluation (hatched), the largest over tasks of the mean over seeds.",
+             "items": [_figure_entry(written, "memory", "all tasks")], "wide": False},
+        ],
+        "rules": [(claim.statement, claim_checks.rule_text(claim)) for claim in claim_checks.CLAIMS],
+        "citations": [run_entry(header)] + paper_entries({r["method"] for r in results}),
+        "notes": _notes(confidence, intervals.bootstrap_samples),
     }
     for name in ("report.md", "report.html"):
         text = _TEMPLATES.get_template(f"{name}.j2").render(**context)
@@ -132,12 +198,16 @@ def passk_figure(results: list[dict], task: str, model: str = "") -> Figure:
     """The pass@k figure of one task from result dicts (each evaluation run logs its own)."""
     scores = _score_summary(results)
     curves = scores[(scores.task == task) & (scores.metric == "pass@k")]
-    return _passk_figure(curves, _ordered_methods(results), task, model)
+    return figures.passk(curves, ordered(r["method"] for r in results), task, model)
 
 
-def _ordered_methods(results: list[dict]) -> list[str]:
-    order = {method: index for index, method in enumerate(METHOD_NAMES)}
-    return sorted({r["method"] for r in results}, key=lambda m: (order.get(m, len(order)), m))
+def _figure_entry(written: dict[str, Path], stem: str, label: str) -> dict:
+    png = written[f"{stem}.png"]
+    return {"label": label, "png": png.name, "svg": f"{stem}.svg",
+            "base64": base64.b64encode(png.read_bytes()).decode("ascii")}
+
+
+# ---------------------------------------------------------------- accuracy
 
 
 def _score_summary(results: list[dict]) -> pd.DataFrame:
@@ -172,11 +242,12 @@ def _interval(point: dict) -> dict:
 
 
 def _accuracy_table(scores: pd.DataFrame, methods: list[str], tasks: list[str]) -> pd.DataFrame:
-    """Task x method: seeds, greedy accuracy, pass@1 and pass@k at the largest k run."""
+    """Task x method: seeds, greedy accuracy, pass@1, pass@16 and pass@k at the largest k run."""
     by_key = scores.set_index(["method", "task", "metric", "k"])
     largest_k = scores[scores.metric == "pass@k"].groupby(["method", "task"]).k.max().to_dict()
     distinct = set(largest_k.values())
     show_largest = bool(distinct - {1})
+    show_16 = any(k > 16 for k in distinct)
     # One column title when every row ran the same largest k; else each cell names its k.
     largest_title = f"pass@{next(iter(distinct))}" if len(distinct) == 1 else "pass@k, largest k"
 
@@ -200,47 +271,232 @@ def _accuracy_table(scores: pd.DataFrame, methods: list[str], tasks: list[str]) 
                 "Greedy": cell(method, task, "greedy", 0),
                 "pass@1": cell(method, task, "pass@k", 1),
             }
+            if show_16:
+                row["pass@16"] = cell(method, task, "pass@k", 16)
             if show_largest:
                 k = largest_k.get((method, task))
                 text = MISSING if k is None else cell(method, task, "pass@k", k)
                 row[largest_title] = text if len(distinct) == 1 or k is None else f"{text} (k={k})"
             rows.append(row)
     columns = ["Task", "Method", "Seeds", "Greedy", "pass@1"]
+    columns += ["pass@16"] if show_16 else []
     columns += [largest_title] if show_largest else []
     return pd.DataFrame(rows, columns=columns)
 
 
-def _cost_table(results: list[dict], methods: list[str], tasks: list[str]) -> pd.DataFrame:
-    """Task x method: memory, wall-clock and training counters, means over seeds."""
+def _accuracy_caption(confidence: str) -> str:
+    return (f"Value [{confidence} interval], in percent. With several seeds: the mean over seeds of the values and "
+            "bounds, then the min–max of the per-seed values. pass@k up to the largest k the samples allow "
+            "(the papers report pass@256 from 256 samples per problem).")
+
+
+def _paired_table(problems: ProblemScores, methods: list[str], tasks: list[str], intervals: Intervals) -> pd.DataFrame:
+    """Task x method: the paired difference to the base model and to GRPO on the same problems, for
+    greedy accuracy, pass@1 and pass@n (n: the samples per problem both ran)."""
+    rows = []
+    for task in tasks:
+        for method in methods:
+            if not problems.has(method, task):
+                continue
+            row = {"Task": task, "Method": display_name(method)}
+            for reference in REFERENCES:
+                for label, metric, k in (("greedy", GREEDY, 1), ("pass@1", PASS, 1), ("pass@n", PASS, None)):
+                    column = f"vs {display_name(reference)}: {label}"
+                    if reference == method or not problems.has(reference, task):
+                        row[column] = MISSING
+                        continue
+                    n = min(problems.samples(method, task), problems.samples(reference, task))
+                    if metric == PASS and n < 1:
+                        row[column] = MISSING
+                        continue
+                    k = n if k is None else k
+                    diff = paired_difference(problems.values(method, task, metric, k),
+                                             problems.values(reference, task, metric, k), intervals)
+                    row[column] = MISSING if diff is None else _signed(diff) + (f" (n={n})" if label == "pass@n" else "")
+            if any(value != MISSING for value in list(row.values())[2:]):
+                rows.append(row)
+    columns = ["Task", "Method"] + [f"vs {display_name(r)}: {label}" for r in REFERENCES
+                                    for label in ("greedy", "pass@1", "pass@n")]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _signed(diff: dict) -> str:
+    return f"{100 * diff['value']:+.1f} [{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}]"
+
+
+def _paired_caption(confidence: str) -> str:
+    return ("Each method minus the base model, and minus GRPO, on the same test problems: per problem, each "
+            "method's score averaged over its seeds; the mean difference over the problems both were scored on, "
+            f"with a {confidence} bootstrap interval over those problems. pass@n is pass@k at k = n, the samples per "
+            "problem. \"—\": the reference was not run on the task (or is the method itself).")
+
+
+# ---------------------------------------------------------------- cost
+
+
+def _cost_rows(results: list[dict], columns) -> pd.DataFrame:
     rows = []
     for r in results:
         cost = r.get("cost") or {}
         # A run that did no training (base) has no training cost, not a cost of zero.
         trained = any((cost.get("train") or {}).values())
         row = {"method": r["method"], "task": r["task"]}
-        for column, phase, key, _ in COST_COLUMNS:
+        for column, phase, key, _ in columns:
             if phase is None:
                 row[column] = r.get(key)
             elif phase == "eval" or trained:
                 row[column] = (cost.get(phase) or {}).get(key)
         rows.append(row)
-    columns = ["method", "task"] + [c[0] for c in COST_COLUMNS]
-    means = (
-        pd.DataFrame(rows, columns=columns)
-        .astype({c[0]: float for c in COST_COLUMNS})
-        .groupby(["method", "task"])
-        .mean()
-    )
+    frame = pd.DataFrame(rows, columns=["method", "task"] + [c[0] for c in columns])
+    return frame.astype({c[0]: float for c in columns}).groupby(["method", "task"]).mean()
 
+
+def _cost_table(results: list[dict], methods: list[str], tasks: list[str], columns) -> pd.DataFrame:
+    """Task x method: the given cost columns, means over seeds."""
+    means = _cost_rows(results, columns)
     table = []
     for task in tasks:
         for method in methods:
             row = {"Task": task, "Method": display_name(method)}
-            for column, _, _, fmt in COST_COLUMNS:
+            for column, _, _, fmt in columns:
                 value = means[column].get((method, task))
                 row[column] = MISSING if value is None or pd.isna(value) else fmt.format(value)
             table.append(row)
-    return pd.DataFrame(table, columns=["Task", "Method"] + [c[0] for c in COST_COLUMNS])
+    return pd.DataFrame(table, columns=["Task", "Method"] + [c[0] for c in columns])
+
+
+def _stages_table(histories: list[dict]) -> pd.DataFrame:
+    rows = []
+    for h in sorted(histories, key=lambda h: (h["task"], rank(h["method"]), h["seed"])):
+        for stage, meters in (h.get("stages") or {}).items():
+            rows.append({"Task": h["task"], "Method": display_name(h["method"]), "Seed": str(h["seed"]),
+                         "Stage": stage, "Wall-clock (s)": f"{meters.get('wall_clock_s', math.nan):,.1f}",
+                         "Forward-equivalents": f"{meters.get('forward_equivalents', math.nan):,.0f}",
+                         "Backward passes": f"{meters.get('backward_passes', math.nan):,.0f}",
+                         "Peak memory (MB)": f"{meters.get('peak_memory_mb', math.nan):,.0f}"})
+    return pd.DataFrame(rows, columns=["Task", "Method", "Seed", "Stage", "Wall-clock (s)", "Forward-equivalents",
+                                       "Backward passes", "Peak memory (MB)"])
+
+
+def _memory(results: list[dict]) -> pd.DataFrame:
+    """Per method: peak memory in training and in evaluation, the largest over tasks of the mean over seeds."""
+    means = _cost_rows(results, [("train", "train", "peak_memory_mb", ""), ("eval", "eval", "peak_memory_mb", "")])
+    if means.empty:
+        return pd.DataFrame(columns=["method", "train", "eval"])
+    return means.groupby(level="method").max().reset_index()
+
+
+def _device(header: dict) -> str:
+    return "peak RSS, CPU" if "no GPU" in str(header.get("hardware", "")) else "peak allocated, GPU"
+
+
+def _cost_points(scores: pd.DataFrame, results: list[dict], task: str) -> tuple[pd.DataFrame, dict | None]:
+    """(trained methods' greedy accuracy with training queries and seconds, the base model's accuracy)."""
+    greedy = scores[(scores.task == task) & (scores.metric == "greedy")].set_index("method")
+    spent = _cost_rows([r for r in results if r["task"] == task],
+                       [("queries", "train", "forward_equivalents", ""), ("seconds", "train", "wall_clock_s", "")])
+    rows, base = [], None
+    for method in greedy.index:
+        accuracy = greedy.loc[method]
+        cost = spent.loc[(method, task)] if (method, task) in spent.index else None
+        if cost is None or pd.isna(cost.queries) or pd.isna(cost.seconds):
+            if method == "base":
+                base = {"value": accuracy.value, "low": accuracy.low, "high": accuracy.high}
+            continue
+        rows.append({"method": method, "value": accuracy.value, "low": accuracy.low, "high": accuracy.high,
+                     "queries": cost.queries, "seconds": cost.seconds})
+    points = pd.DataFrame(rows, columns=["method", "value", "low", "high", "queries", "seconds"])
+    order = {m: i for i, m in enumerate(ordered(points.method))}
+    return points.sort_values("method", key=lambda s: s.map(order)), base
+
+
+def _curve_series(histories: list[dict], task: str) -> list[dict]:
+    series = []
+    for h in sorted(histories, key=lambda h: (rank(h["method"]), h["seed"])):
+        if h["task"] != task:
+            continue
+        for metric in ("reward", "loss"):
+            curve = training_curve(h.get("history") or [], metric)
+            if curve is not None:
+                series.append({"method": h["method"], "seed": h["seed"], "metric": metric, "x": curve[0],
+                               "y": curve[1], "smooth": trailing_mean(curve[1])})
+    return series
+
+
+# ---------------------------------------------------------------- claims and cross-check
+
+
+def _claims_table(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"Claim": row["claim"], "Paper": display_name(row["paper"]), "Paper's figure": row["paper_figure"],
+          "Ours (this run)": row["ours"], "Scale": row["scale"], "Verdict": row["verdict"],
+          "Rule or reason": row["reason"]} for row in rows],
+        columns=["Claim", "Paper", "Paper's figure", "Ours (this run)", "Scale", "Verdict", "Rule or reason"])
+
+
+def _crosscheck_table(checks: list[dict], problems: ProblemScores, methods: list[str], tasks: list[str],
+                      intervals: Intervals) -> pd.DataFrame:
+    """Task x method: lm-eval's greedy accuracy beside nograd's on the same problems, with our
+    interval, and a flag when lm-eval's figure falls outside it."""
+    columns = ["Task", "Method", "Seeds", "Problems", "lm-eval greedy (%)", "nograd greedy, same problems (%)",
+               "Difference (pp)", "Identical completions", "Identical prompts", "Flag"]
+    rows = []
+    for task in tasks:
+        for method in methods:
+            found = sorted((c for c in checks if c["method"] == method and c["task"] == task), key=lambda c: c["seed"])
+            if not found:
+                continue
+            row = {"Task": task, "Method": display_name(method), "Seeds": str(len(found))}
+            applicable = [c for c in found if c.get("applicable")]
+            if not applicable:
+                rows.append({**row, "Flag": f"not applicable: {found[0].get('reason', '')}"})
+                continue
+            # Compared seed by seed: only the seeds nograd's own evaluation also scored.
+            compared = [c for c in applicable if c["seed"] in problems.seeds(method, task)]
+            if not compared:
+                rows.append({**row, "Seeds": "0", "Flag": "no nograd per-problem scores of these seeds to compare"})
+                continue
+            ids = list(compared[0]["per_problem"])
+            ours = problems.values(method, task, GREEDY, seeds={c["seed"] for c in compared})
+            shared = [p for p in ids if p in ours]
+            if not shared:
+                rows.append({**row, "Flag": "no nograd per-problem scores of these problems to compare"})
+                continue
+            theirs = float(np.mean([np.mean([c["per_problem"][p] for p in shared]) for c in compared]))
+            ci = intervals.mean([ours[p] for p in shared])
+            outside = not ci["low"] <= theirs <= ci["high"]
+            same_text = [c.get("same_text") for c in compared]
+            total = len(shared) * len(compared)
+            rows.append({
+                **row,
+                "Seeds": str(len(compared)),
+                "Problems": str(len(shared)),
+                "lm-eval greedy (%)": f"{100 * theirs:.1f}",
+                "nograd greedy, same problems (%)":
+                    f"{100 * ci['value']:.1f} [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]",
+                "Difference (pp)": f"{100 * (theirs - ci['value']):+.1f}",
+                "Identical completions": f"{sum(same_text)} of {total}" if None not in same_text else MISSING,
+                "Identical prompts": f"{sum(c.get('prompts_identical', 0) for c in compared)} of {total}",
+                "Flag": "OUTSIDE our interval" if outside else "within our interval",
+            })
+    return pd.DataFrame(rows, columns=columns).fillna(MISSING)
+
+
+def _crosscheck_caption(header: dict, confidence: str) -> str:
+    setting = header.get("crosscheck") or {}
+    if setting and not setting.get("enabled", True):
+        return "The cross-check is off in this run's config (evaluation.crosscheck: false)."
+    size = setting.get("size")
+    scope = "every test problem" if size is None else f"the first {size} test problems of each task"
+    return ("Greedy GSM8K and MATH accuracy of each single-model result scored by lm-evaluation-harness "
+            "(simple_evaluate over an HFLM of the loaded model, zero-shot, with task YAMLs that read the same "
+            f"prepared test split) on {scope}, beside nograd's own greedy accuracy on the same problems with its "
+            f"{confidence} interval. The prompt (the model's chat template, rendered by lm-eval) and the verifier are "
+            "nograd's, so only the generation loop differs: a flag means one of the two loops produced different "
+            "answers. Identical completions: greedy texts equal character for character.")
+
+
+# ---------------------------------------------------------------- header and text
 
 
 def _task_table(header: dict, results: list[dict], tasks: list[str]) -> pd.DataFrame:
@@ -262,58 +518,34 @@ def _task_table(header: dict, results: list[dict], tasks: list[str]) -> pd.DataF
     return pd.DataFrame(rows, columns=columns)
 
 
-def _table(title: str, caption: str, frame: pd.DataFrame) -> dict:
-    # Every table leads with its two text columns; the HTML stylesheet aligns the same way.
-    # (tabulate cannot align a table without rows.)
-    align = ["left"] * 2 + ["right"] * (len(frame.columns) - 2) if len(frame) else None
+def _table(title: str, name: str, caption: str, frame: pd.DataFrame, text_columns: int = 2, left=()) -> dict:
+    # A table leads with its text columns, left-aligned, then numbers (and any text columns named
+    # in `left`); the HTML stylesheet aligns the same way. (tabulate cannot align a table without rows.)
+    align = None
+    if len(frame):
+        align = ["left" if i < text_columns or column in left else "right" for i, column in enumerate(frame.columns)]
     return {
         "title": title,
+        "name": name,
         "caption": caption,
+        "rows": len(frame),
         "markdown": frame.to_markdown(index=False, colalign=align, disable_numparse=True),
-        "html": frame.to_html(index=False, border=0, escape=True),
+        "html": frame.to_html(index=False, border=0, escape=True, classes=f"table-{name}"),
     }
-
-
-def _passk_figure(curves: pd.DataFrame, methods: list[str], task: str, model: str) -> Figure:
-    """pass@k (%) against k on a log2 axis, one line per method with its interval as a band."""
-    # A bare Figure renders through Agg without pyplot: no GUI backend, no global figure state.
-    figure = Figure(figsize=(7, 4.2), dpi=150, layout="constrained")
-    ax = figure.subplots()
-    for index, method in enumerate(methods):
-        curve = curves[curves.method == method].sort_values("k")
-        if curve.empty:
-            continue
-        # Colour by position among all methods, so a method keeps its colour across tasks.
-        colour = f"C{index % 10}"
-        # Unclipped, so a method at 0% stays visible on the axis instead of half-hidden below it.
-        ax.plot(curve.k, 100 * curve.value, marker="o", color=colour, label=display_name(method),
-                clip_on=False, zorder=3)
-        ax.fill_between(
-            curve.k, 100 * curve.low, 100 * curve.high, color=colour, alpha=0.15, linewidth=0
-        )
-    ks = sorted(int(k) for k in curves.k.unique())
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.xaxis.set_minor_locator(NullLocator())
-    # A floor of 1% keeps an all-zero plot from zooming into rounding noise.
-    ax.set_ylim(0, max(1.0, 1.08 * 100 * curves.high.max()))
-    ax.set_xlabel("k (samples drawn per problem, log scale)")
-    ax.set_ylabel("pass@k (%)")
-    ax.set_title(f"pass@k on {task} — {model}" if model else f"pass@k on {task}")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    return figure
 
 
 def _scale_line(header: dict) -> str:
     """One sentence with the run's scale, so a small run is never read as a paper-scale one."""
     tasks = header.get("tasks", {})
     sizes = ", ".join(f"{task} {info.get('test', '?')}" for task, info in tasks.items())
+    seeds = header.get("seeds")
     return (
-        f"Scale: config '{header.get('name', MISSING)}', model {header.get('model', MISSING)}, "
+        f"Scale: config '{header.get('name', MISSING)}' (hash {header.get('config_hash', MISSING)}), "
+        f"model {header.get('model', MISSING)}, "
         f"test problems per task: {sizes or MISSING}, "
         f"{header.get('samples_per_problem', MISSING)} samples per problem, "
-        f"on {header.get('hardware', MISSING)}, "
+        + (f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}, " if seeds else "")
+        + f"on {header.get('hardware', MISSING)}, "
         f"{_duration(header.get('total_wall_clock_s'))} in total."
     )
 
@@ -325,10 +557,12 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Model source", str(header.get("model_source", MISSING))),
         ("Samples per problem", str(header.get("samples_per_problem", MISSING))),
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
+        ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
         ("Hardware", str(header.get("hardware", MISSING))),
         ("Total wall-clock", _duration(header.get("total_wall_clock_s"))),
         ("Config hash", str(header.get("config_hash", MISSING))),
         ("Commit", str(header.get("commit", MISSING))),
+        ("Suite version", str(header.get("suite_version", MISSING))),
         ("Date", str(header.get("date", MISSING))),
     ]
 
@@ -360,6 +594,8 @@ def _notes(confidence: str, resamples: int) -> list[str]:
         "resamples of the problems, with replacement): they measure how much the figure depends on "
         "which problems are in the test set, not the variation between training seeds. With several "
         "seeds the table shows the mean of the per-seed values and bounds, then the per-seed min–max.",
+        "Paired differences and claim checks compare methods problem by problem (each method's per-problem "
+        "score averaged over its seeds) with the same bootstrap over the shared problems.",
         "Cost: peak memory is peak RSS on CPU and peak allocated memory on GPU. Forward passes count "
         "sequences; forward-equivalents = forward passes + 2 × backward passes. Inference passes per "
         "answer is 1 for a single model and K for an ensemble of K members, whose test-time cost "

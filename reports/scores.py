@@ -1,0 +1,145 @@
+"""Per-problem scores and paired differences between methods on the same test problems.
+
+Each evaluation's `completions.jsonl` holds every greedy and sampled completion with its score.
+`collect` reduces it to one row per problem (greedy correctness, correct samples out of n), and
+the report compares two methods problem by problem: a method's per-problem score is its mean
+over seeds, the difference is taken on the problems both were scored on, and its interval is
+evals/passk.py's percentile bootstrap over those problems. Pairing removes the part of the
+uncertainty that comes from which problems are in the test set and is shared by both methods,
+so a paired interval is narrower than the two methods' intervals side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE, mean_ci, pass_at_k
+
+GREEDY = "greedy"
+PASS = "pass@k"
+
+
+def read_completions(path: Path, greedy_texts: dict[str, str] | None = None) -> dict:
+    """One evaluation's per-problem scores: `{"n": samples per problem, "problems": {id: [greedy
+    correct (0/1), correct samples]}}`, problems in the order they were evaluated. Given a dict
+    as `greedy_texts`, it also gets each problem's greedy completion, in the same pass."""
+    problems: dict[str, list[int]] = {}
+    samples: dict[str, int] = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            row = problems.setdefault(record["problem"], [0, 0])
+            if record["mode"] == "greedy":
+                row[0] = int(record["correct"])
+                if greedy_texts is not None:
+                    greedy_texts[record["problem"]] = record["text"]
+            else:
+                row[1] += int(record["correct"])
+                samples[record["problem"]] = samples.get(record["problem"], 0) + 1
+    counts = set(samples.values())
+    if len(counts) > 1:
+        raise ValueError(f"{path}: problems have different numbers of samples ({sorted(counts)})")
+    return {"n": counts.pop() if counts else 0, "problems": problems}
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """How every interval of the report is made: evals/passk.py's bootstrap, with these settings."""
+
+    bootstrap_samples: int = DEFAULT_BOOTSTRAP_SAMPLES
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = 0
+
+    def mean(self, values) -> dict:
+        return mean_ci(values, bootstrap_samples=self.bootstrap_samples, confidence=self.confidence, seed=self.seed)
+
+
+class ProblemScores:
+    """Per-problem scores of every (method, task), each a mean over the seeds that were evaluated.
+
+    Built from `collect`'s per-problem rows: `{"method", "task", "seed", "n", "problems": {id:
+    [greedy, correct samples]}}`.
+    """
+
+    def __init__(self, rows: list[dict]) -> None:
+        self._runs: dict[tuple[str, str], list[dict]] = {}
+        for row in rows:
+            self._runs.setdefault((row["method"], row["task"]), []).append(row)
+
+    def has(self, method: str, task: str) -> bool:
+        return (method, task) in self._runs
+
+    def seeds(self, method: str, task: str) -> list[int]:
+        return sorted(row["seed"] for row in self._runs.get((method, task), []))
+
+    def samples(self, method: str, task: str) -> int:
+        """Samples per problem (n); the smallest over seeds, should they differ."""
+        return min((row["n"] for row in self._runs.get((method, task), [])), default=0)
+
+    def values(self, method: str, task: str, metric: str, k: int = 1, seeds=None) -> dict[str, float]:
+        """Problem id -> the metric on that problem, averaged over seeds (all, or those given):
+        greedy correctness, or the unbiased pass@k from its correct samples. Only problems every
+        seed scored count."""
+        runs = [run for run in self._runs.get((method, task), []) if seeds is None or run["seed"] in seeds]
+        if not runs:
+            return {}
+        shared = set.intersection(*(set(run["problems"]) for run in runs))
+        out = {}
+        for problem in runs[0]["problems"]:
+            if problem not in shared:
+                continue
+            if metric == GREEDY:
+                per_seed = [run["problems"][problem][0] for run in runs]
+            else:
+                per_seed = [pass_at_k(run["n"], run["problems"][problem][1], k) for run in runs]
+            out[problem] = float(np.mean(per_seed))
+        return out
+
+
+def paired_difference(a: dict[str, float], b: dict[str, float], intervals: Intervals) -> dict | None:
+    """Mean over shared problems of a - b, with its bootstrap interval; None when none are shared."""
+    shared = [problem for problem in a if problem in b]
+    if not shared:
+        return None
+    return {**intervals.mean([a[p] - b[p] for p in shared]), "problems": len(shared)}
+
+
+# ---------------------------------------------------------------- training histories
+
+SMOOTHING_SHARE = 0.1
+"""Training curves are smoothed by a trailing mean over this share of their logged points."""
+REWARD_KEYS = ("reward", "support_reward")
+"""Step metrics read as a method's training reward, first found first (CoRP logs its centre's support reward)."""
+QUERIES = "forward_equivalents"
+
+
+def trailing_mean(values, share: float = SMOOTHING_SHARE) -> np.ndarray:
+    """Mean of each value and the ones logged just before it, over a window of `share` of the
+    points (at least 1): single steps are noisy minibatch estimates, their trend is not."""
+    values = np.asarray(values, dtype=float)
+    window = max(1, int(round(share * len(values))))
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def training_curve(history: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(queries, values) of a step metric: 'loss', or 'reward' (the first of REWARD_KEYS logged);
+    None when the history never logged it. Steps where it is missing or not finite are skipped."""
+    keys = REWARD_KEYS if metric == "reward" else (metric,)
+    key = next((k for k in keys if any(k in step for step in history)), None)
+    if key is None:
+        return None
+    points = [(step[QUERIES], step[key]) for step in history
+              if key in step and QUERIES in step and np.isfinite(step[key])]
+    if not points:
+        return None
+    x, y = map(np.asarray, zip(*points))
+    return x.astype(float), y.astype(float)
