@@ -4,6 +4,7 @@ model, and a failing verifier stops the run or scores 0 as configured, never a N
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import mlflow
@@ -50,6 +51,7 @@ def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, mon
     sampled = []
     decode = methods.grpo.decode
     monkeypatch.setattr(methods.grpo, "decode", lambda *a, **k: sampled.append(a[3]) or decode(*a, **k))
+    started = int(time.time() * 1000)
     order = []
     handle = register_optimizer_step_post_hook(lambda *_: order.append("optimizer step"))
     log = training.Run.log
@@ -78,7 +80,10 @@ def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, mon
         assert key in logged, key
     assert run.data.params["learning_rate"] == "1e-06" and run.data.params["num_generations"] == str(G)
     assert run.data.params["methods.grpo.steps"] == "1", "TRL's params sit beside the harness's"
-    assert len(mlflow.search_runs(experiment_names=["tiny"])) == 1, "TRL must not open a run of its own"
+    # Runs since this test began: MLflow caches one store per tracking URI, so the relative
+    # sqlite URI of earlier tests' working directories may hold their runs too.
+    since = mlflow.search_runs(experiment_names=["tiny"], filter_string=f"attributes.start_time >= {started}")
+    assert len(since) == 1, "TRL must not open a run of its own"
     steps = {key: [m.step for m in mlflow.MlflowClient().get_metric_history(run.info.run_id, key)]
              for key in ("loss", "forward_passes")}
     assert steps == {"loss": [1], "forward_passes": [0]}, "TRL logs at its global step, the harness at its index"
