@@ -170,7 +170,16 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, owners: l
            stop: set[int], generator: torch.Generator | None, adapters: list[str] | None = None) -> list[list[int]]:
     """Token ids generated for each row; row r continues prompt `owners[r]` of the left-padded
     batch (`prompt_ids`, `prompt_mask`), whose prefill is computed once for all its rows.
-    `adapters` names each prompt's LoRA adapter (peft's mixed-adapter batches)."""
+    `adapters` names each prompt's LoRA adapter (peft's mixed-adapter batches). Every caller's
+    generation is timed (phase 'generate') and counted (sequences, tokens) here."""
+    meter = meters.of(model)
+    with meter.phase("generate"):
+        outputs = _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters)
+    meter.generated(outputs)
+    return outputs
+
+
+def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters) -> list[list[int]]:
     width = prompt_ids.shape[1]
     cache = new_cache(model, width + params.max_new_tokens)
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
@@ -258,6 +267,4 @@ def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: s
             bar.update(len(rows))
             bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
     bar.close()
-    meter.count("sequences_generated", len(owners))
-    meter.count("tokens_generated", generated)
     return [completions[i : i + params.n] for i in range(0, len(completions), params.n)]

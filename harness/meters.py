@@ -7,9 +7,9 @@ Counted by hooks on the model:
 - tokens_processed: token positions computed in forward calls (prefill, decode steps, training).
 - backward_passes: sequences whose logits (or, under TRL's fused LM head, whose token
   log-probabilities) a backward pass went through.
-Counted by the harness's sampler and reward: sequences_generated, tokens_generated, reward_calls,
-reward_errors (completions scored 0 because the verifier failed, under `reward.on_error: zero`).
-TRL's trainers generate without the sampler; methods/grpo.py counts their rollouts the same way.
+Counted by the harness's sampler (GRPO's rollouts included) and reward: sequences_generated,
+tokens_generated, reward_calls, reward_errors (completions scored 0 because the verifier failed,
+under `reward.on_error: zero`).
 Derived: forward_equivalents = forward_passes + 2 x backward_passes (a backward costs about two forwards).
 
 Wall-clock per phase: `generate` (sampler), `score` (rewards and verifiers), `forward` (loss
@@ -50,6 +50,11 @@ class Meters:
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] += int(amount)
+
+    def generated(self, completions) -> None:
+        """Count generated sequences and their tokens (token id lists, end-of-sequence included)."""
+        self.count("sequences_generated", len(completions))
+        self.count("tokens_generated", sum(map(len, completions)))
 
     def attach(self, model: torch.nn.Module) -> torch.nn.Module:
         """Hook the counters into a causal LM; returns the model for chaining. Models attached

@@ -128,24 +128,19 @@ class MeteredGRPOTrainer(GRPOTrainer):
     group's prompt prefilled once, a preallocated cache, finished rows retired, temperature and
     top-p as `generate` applies them) and returns the completion ids as TRL's own path does; TRL's
     path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
-    penalty). `_generate` counts the rollouts (sequences, tokens) and times them (phase
-    'generate'). Both are private to TRL: the pin trl==1.16.0 (pyproject.toml) is what keeps
-    their signatures and return values as used here."""
-
-    def _generate(self, prompts: list):
-        meter = meters.of(self.model)
-        with meter.phase("generate"):
-            output = super()._generate(prompts)
-        completion_ids = output[1]
-        meter.count("sequences_generated", len(completion_ids))
-        meter.count("tokens_generated", sum(map(len, completion_ids)))
-        return output
+    penalty), metered as the sampler meters its own. `_generate_single_turn` is private to TRL:
+    the pin trl==1.16.0 (pyproject.toml) is what keeps its signature and return value as used
+    here."""
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
                 or self.top_k or self.min_p or self.repetition_penalty != 1.0):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
+            meter = meters.of(self.model)
+            with meter.phase("generate"):
+                completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                                         num_generations, has_tool_images)
+            meter.generated(completion_ids)
+            return completion_ids, logprobs
         distinct, owners = [], []
         for ids in prompt_ids:  # a group's G copies of its prompt are adjacent
             if not distinct or distinct[-1] != ids:
