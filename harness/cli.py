@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from harness import config as configuration
+from harness import data
 from harness.errors import NogradError
 
 
@@ -34,8 +35,6 @@ def cmd_prepare_model(args) -> None:
 
 
 def cmd_prepare_data(args) -> None:
-    from harness import data
-
     manifest = data.prepare(_config(args), args.task, args.out.parent)
     for split in ("train", "test"):
         print(f"{args.task} {split}: {manifest[split]['size']} problems from {data.describe(manifest[split])}")
@@ -128,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    # Before anything imports huggingface_hub (validating a config imports the methods, and so
+    # transformers): it reads HF_HUB_OFFLINE once, and without it each offline hub lookup is
+    # retried for about 20 s.
+    data.skip_unreachable_hub()
     try:
         args.func(args)
     except NogradError as error:

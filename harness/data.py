@@ -66,7 +66,6 @@ def read_split(path: Path) -> list[Problem]:
 def prepare(cfg: Config, task_name: str, out_dir: Path) -> dict:
     """Write `train.jsonl`, `test.jsonl` and (last) `manifest.json` for one task."""
     task, sizes = get_task(task_name), cfg.tasks[task_name]
-    skip_unreachable_hub()
     try:
         test, test_source = task.load("test", data_dir(cfg))
         train, train_source = task.load("train", data_dir(cfg))
