@@ -41,37 +41,34 @@ def _vote(task, answers: list[str]) -> int:
 
 
 def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter: meters.Meters,
-              cache: Path) -> dict[str, list[list[dict]]]:
-    """Completions per mode, problem and sample index; for an ensemble, one list per member."""
+              cache: Path) -> list[dict[str, list[list[dict]]]]:
+    """Completions per member, mode, problem and sample index (an ensemble has several members).
+
+    Each problem's greedy completion and its samples are decoded in one batch (`greedy_first`),
+    in blocks of as many problems as fit `batch_size` rows; a block is the unit of caching, so a
+    killed evaluation redoes at most one."""
     ev = cfg.evaluation
-    block = max(1, ev.batch_size // ev.samples)
+    params = SamplingParams(n=1 + ev.samples, temperature=ev.temperature, top_p=ev.top_p,
+                            max_new_tokens=ev.max_new_tokens, batch_size=ev.batch_size, greedy_first=True)
+    block = max(1, ev.batch_size // params.n)
     done = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
-    cached = {(d["member"], d["mode"], d["block"]): d["rows"] for d in done}
+    cached = {(d["member"], d["block"]): d["rows"] for d in done}
     per_member = []
     for member, (model, tokenizer) in enumerate(artifacts.each_member(artifact, meter, cfg.dtype, cfg.device)):
-        outputs = {mode: [] for mode in MODES}
-        for mode in MODES:
-            params = SamplingParams(
-                n=1 if mode == "greedy" else ev.samples,
-                temperature=0.0 if mode == "greedy" else ev.temperature,
-                top_p=1.0 if mode == "greedy" else ev.top_p,
-                max_new_tokens=ev.max_new_tokens, batch_size=ev.batch_size,
-            )
-            # Blocks of problems are the unit of caching: a killed evaluation redoes at most one.
-            size = ev.batch_size if mode == "greedy" else block
-            for b, start in enumerate(range(0, len(problems), size)):
-                key = (member, mode, b)
-                if key not in cached:
-                    chunk = problems[start : start + size]
-                    prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
-                    seeded = dataclasses.replace(params, seed=ev.seed * 100_003 + b)
-                    rows = sample(model, tokenizer, prompts, seeded,
-                                  desc=f"{mode} {task.name} member {member} problems {start}-{start + len(chunk)}")
-                    cached[key] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r] for r in rows]
-                    with open(cache, "a") as fh:
-                        fh.write(json.dumps({"member": member, "mode": mode, "block": b, "rows": cached[key]}) + "\n")
-                outputs[mode].extend(cached[key])
-        per_member.append(outputs)
+        rows = []
+        for b, start in enumerate(range(0, len(problems), block)):
+            if (member, b) not in cached:
+                chunk = problems[start : start + block]
+                prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
+                seeded = dataclasses.replace(params, seed=ev.seed * 100_003 + b)
+                completions = sample(model, tokenizer, prompts, seeded,
+                                     desc=f"{task.name} member {member} problems {start}-{start + len(chunk)}")
+                cached[member, b] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r]
+                                     for r in completions]
+                with open(cache, "a") as fh:
+                    fh.write(json.dumps({"member": member, "block": b, "rows": cached[member, b]}) + "\n")
+            rows.extend(cached[member, b])
+        per_member.append({"greedy": [r[:1] for r in rows], "sample": [r[1:] for r in rows]})
     return per_member
 
 
@@ -88,7 +85,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
     meter = meters.Meters()
     ev = cfg.evaluation
 
-    per_member = _generate(artifact, cfg, task, problems, meter, work / "completions.cache.jsonl")
+    per_member = _generate(artifact, cfg, task, problems, meter, work / "generations.jsonl")
     records, correct = [], {mode: [] for mode in MODES}
     with meter.phase("score"), ThreadPoolExecutor() as pool:
         for mode in MODES:

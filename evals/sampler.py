@@ -47,6 +47,9 @@ class SamplingParams:
     seed: int = 0
     batch_size: int = 64
     """Sequences generated together."""
+    greedy_first: bool = False
+    """The first of each prompt's n completions is decoded greedily and the others sampled, all
+    in one batch: a greedy answer then costs one more row, not a decoding pass of its own."""
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,11 @@ def stop_ids(model, tokenizer) -> set[int]:
     return (set(ids if isinstance(ids, list) else [ids]) | {tokenizer.eos_token_id}) - {None}
 
 
-def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row: the argmax at temperature 0, else a draw from the distribution that
-    `generate`'s warpers define (softmax of logits / T, then the top-p nucleus: the most likely
-    tokens until their mass reaches p, renormalised).
+def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+         greedy: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row: the argmax at temperature 0 and in the rows `greedy` marks, else a draw
+    from the distribution that `generate`'s warpers define (softmax of logits / T, then the top-p
+    nucleus: the most likely tokens until their mass reaches p, renormalised).
 
     The same distribution as `generate`'s sort-the-vocabulary-then-multinomial, at a fraction of
     its cost: the nucleus is found with `topk`, sorting the whole vocabulary only for the rows
@@ -141,14 +145,15 @@ def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generato
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p == 1:
-        return _inverse_cdf(probs, generator)
-    top, tokens = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]))
-    picks = tokens.gather(1, _inverse_cdf(_nucleus(top, params.top_p), generator)[:, None]).squeeze(1)
-    wide = (top.sum(-1) < params.top_p).nonzero().squeeze(1)
-    if len(wide):
-        top, tokens = probs[wide].sort(dim=-1, descending=True)
-        picks[wide] = tokens.gather(1, _inverse_cdf(_nucleus(top, params.top_p), generator)[:, None]).squeeze(1)
-    return picks
+        picks = _inverse_cdf(probs, generator)
+    else:
+        top, tokens = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]))
+        picks = tokens.gather(1, _inverse_cdf(_nucleus(top, params.top_p), generator)[:, None]).squeeze(1)
+        wide = (top.sum(-1) < params.top_p).nonzero().squeeze(1)
+        if len(wide):
+            top, tokens = probs[wide].sort(dim=-1, descending=True)
+            picks[wide] = tokens.gather(1, _inverse_cdf(_nucleus(top, params.top_p), generator)[:, None]).squeeze(1)
+    return picks if greedy is None else torch.where(greedy, logits.argmax(-1), picks)
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -167,19 +172,21 @@ def _inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None) -> to
 
 @torch.no_grad()
 def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, owners: list[int], params: SamplingParams,
-           stop: set[int], generator: torch.Generator | None, adapters: list[str] | None = None) -> list[list[int]]:
+           stop: set[int], generator: torch.Generator | None, adapters: list[str] | None = None,
+           greedy: list[bool] | None = None) -> list[list[int]]:
     """Token ids generated for each row; row r continues prompt `owners[r]` of the left-padded
     batch (`prompt_ids`, `prompt_mask`), whose prefill is computed once for all its rows.
-    `adapters` names each prompt's LoRA adapter (peft's mixed-adapter batches). Every caller's
-    generation is timed (phase 'generate') and counted (sequences, tokens) here."""
+    `adapters` names each prompt's LoRA adapter (peft's mixed-adapter batches); `greedy` marks
+    rows decoded greedily whatever the temperature. Every caller's generation is timed (phase
+    'generate') and counted (sequences, tokens) here."""
     meter = meters.of(model)
     with meter.phase("generate"):
-        outputs = _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters)
+        outputs = _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters, greedy)
     meter.generated(outputs)
     return outputs
 
 
-def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters) -> list[list[int]]:
+def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, adapters, greedy) -> list[list[int]]:
     width = prompt_ids.shape[1]
     cache = new_cache(model, width + params.max_new_tokens)
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
@@ -195,11 +202,13 @@ def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, ada
         extra = {"adapter_names": [adapters[owner] for owner in owners]}
     mask = torch.ones(len(owners), width + params.max_new_tokens, dtype=prompt_mask.dtype, device=prompt_mask.device)
     mask[:, :width] = prompt_mask[rows]
+    if greedy is not None:
+        greedy = torch.tensor(greedy, device=prompt_ids.device)
     outputs: list[list[int]] = [[] for _ in owners]
     live = list(range(len(owners)))  # the output row of each batch row
     running = [True] * len(owners)  # batch rows that have not finished
     for step in range(params.max_new_tokens):
-        tokens = draw(logits, params, generator)
+        tokens = draw(logits, params, generator, greedy)
         for i, token in enumerate(tokens.tolist()):
             if running[i]:
                 outputs[live[i]].append(token)
@@ -211,6 +220,8 @@ def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, ada
             index = torch.tensor(keep, device=tokens.device)
             cache.batch_select_indices(index)
             tokens, position, mask = tokens[index], position[index], mask[index]
+            if greedy is not None:
+                greedy = greedy[index]
             live, running = [live[i] for i in keep], [True] * len(keep)
             if adapters is not None:
                 extra = {"adapter_names": [extra["adapter_names"][i] for i in keep]}
@@ -259,7 +270,8 @@ def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: s
             if params.temperature > 0:
                 generator = torch.Generator(model.device).manual_seed(params.seed * 1_000_003 + chunk)
             ids = decode(model, batch["input_ids"], batch["attention_mask"], [r - first for r in rows], params, stop,
-                         generator, None if adapters is None else adapters[first : rows[-1] + 1])
+                         generator, None if adapters is None else adapters[first : rows[-1] + 1],
+                         [row % params.n == 0 for row in range(start, start + len(rows))] if params.greedy_first else None)
             for tokens in ids:
                 finished = tokens[-1] in stop
                 completions.append(Completion(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finished))

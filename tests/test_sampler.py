@@ -40,6 +40,8 @@ def generate_greedy(model, tokenizer, prompt: str, max_new_tokens: int) -> list[
 
 @pytest.mark.parametrize("batch_size", [1, 4, 64])
 def test_greedy_matches_generate_with_padding_shared_prefill_and_retired_rows(tiny, batch_size):
+    """Also when the greedy row shares its batch, and its prompt's prefill, with sampled rows
+    (`greedy_first`, how evaluation decodes), whatever chunk the row falls in."""
     model, tokenizer = tiny
     # End-of-sequence ids that some prompts reach within a few steps, so rows finish at
     # different steps and leave the batch while the others go on.
@@ -50,14 +52,17 @@ def test_greedy_matches_generate_with_padding_shared_prefill_and_retired_rows(ti
         stop = stop_ids(model, tokenizer)
         expected = [generate_greedy(model, tokenizer, p, 24) for p in PROMPTS]
         rows = sample(model, tokenizer, PROMPTS, SamplingParams(n=3, max_new_tokens=24, batch_size=batch_size))
+        mixed = sample(model, tokenizer, PROMPTS, SamplingParams(n=3, temperature=1.0, max_new_tokens=24,
+                                                                 batch_size=batch_size, greedy_first=True))
     finally:
         model.generation_config.eos_token_id = saved
     assert any(len(e) == 1 for e in expected) and any(len(e) == 24 for e in expected), "rows must end at different steps"
-    for prompt, want, got in zip(PROMPTS, expected, rows):
-        for completion in got:
+    for prompt, want, got, (first, *sampled) in zip(PROMPTS, expected, rows, mixed):
+        for completion in [*got, first]:
             assert completion.text == tokenizer.decode(want, skip_special_tokens=True), prompt
             assert completion.tokens == len(want)
             assert completion.finished == (want[-1] in stop)
+    assert any(c.text != r[0].text for r, (_, *sampled) in zip(rows, mixed) for c in sampled), "the others sample"
 
 
 def test_nucleus_is_generates_top_p_distribution():
