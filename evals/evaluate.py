@@ -11,20 +11,23 @@ evaluation resumes where it stopped and gives the same completions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import mlflow
 
+from evals import vllm_sampler
 from evals.passk import mean_ci, pass_at_k_curve
 from evals.sampler import SamplingParams, prompt_text, sample
 from evals.tasks import get_task
 from evals.tasks.base import Problem
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
-from harness.outputs import atomic_path, read_json, write_json
+from harness.outputs import atomic_path, read_json, work_dir, write_json
 from reports.render import passk_figure
 
 MODES = ("greedy", "sample")
@@ -38,6 +41,16 @@ def _vote(task, answers: list[str]) -> int:
         return 0
     best = max(counts.values())
     return next(i for i, k in enumerate(keys) if k is not None and counts[k] == best)
+
+
+def _members(artifact: dict, cfg: Config, meter: meters.Meters, work: Path) -> Iterator[tuple]:
+    """(tokenizer, generate) for each member in turn, generate(prompts, params, desc) giving
+    `sample`'s completions from the configured sampler."""
+    if cfg.sampler == "vllm":
+        yield from vllm_sampler.members(artifact, cfg, meter, work)
+        return
+    for model, tokenizer in artifacts.each_member(artifact, meter, cfg.dtype, cfg.device):
+        yield tokenizer, functools.partial(sample, model, tokenizer)
 
 
 def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter: meters.Meters,
@@ -54,15 +67,15 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
     done = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
     cached = {(d["member"], d["block"]): d["rows"] for d in done}
     per_member = []
-    for member, (model, tokenizer) in enumerate(artifacts.each_member(artifact, meter, cfg.dtype, cfg.device)):
+    for member, (tokenizer, generate) in enumerate(_members(artifact, cfg, meter, cache.parent)):
         rows = []
         for b, start in enumerate(range(0, len(problems), block)):
             if (member, b) not in cached:
                 chunk = problems[start : start + block]
                 prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
                 seeded = dataclasses.replace(params, seed=ev.seed * 100_003 + b)
-                completions = sample(model, tokenizer, prompts, seeded,
-                                     desc=f"{task.name} member {member} problems {start}-{start + len(chunk)}")
+                completions = generate(prompts, seeded,
+                                       desc=f"{task.name} member {member} problems {start}-{start + len(chunk)}")
                 cached[member, b] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r]
                                      for r in completions]
                 with open(cache, "a") as fh:
@@ -80,8 +93,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
     manifest = read_json(data_dir / "manifest.json")
     artifact = read_json(artifact_file)
     train_metrics = read_json(artifact_file.parent / "metrics.json")
-    work = Path("results/work/eval") / method / task_name / f"seed{seed}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("eval", method, task_name, seed, config_hash(cfg))
     meter = meters.Meters()
     ev = cfg.evaluation
 

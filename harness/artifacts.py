@@ -11,9 +11,11 @@ seed-list members costs one model in memory and K inference passes per answer.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator
 
 from harness import meters, models
+from harness.outputs import atomic_dir
 from harness.perturb import combine_, trainable
 
 
@@ -37,11 +39,30 @@ def load(spec: dict, dtype: str = "float32", device: str = "auto"):
     raise ValueError(f"unknown artifact kind {kind!r}")
 
 
+def specs(artifact: dict) -> list[dict]:
+    """The single-model artifacts an artifact answers with: its members, or itself."""
+    members = artifact["members"] if artifact["kind"] == "ensemble" else [artifact]
+    return [{"base": artifact.get("base"), **spec} for spec in members]
+
+
 def each_member(artifact: dict, meter: meters.Meters, dtype: str = "float32", device: str = "auto") -> Iterator[tuple]:
     """(model, tokenizer) for each member in turn, metered; one member in memory at a time."""
-    specs = artifact["members"] if artifact["kind"] == "ensemble" else [artifact]
-    for spec in specs:
-        model, tokenizer = load({"base": artifact.get("base"), **spec}, dtype, device)
+    for spec in specs(artifact):
+        model, tokenizer = load(spec, dtype, device)
         meter.attach(model)
         yield model, tokenizer
         meter.detach()
+
+
+def served(spec: dict, directory: Path, dtype: str = "float32") -> str:
+    """A directory holding a single-model artifact's weights, for an engine that loads weights
+    from disk (vLLM): a model's own path; else the model `load` builds, written to `directory`
+    once (an adapter merged into its base, a seed list applied)."""
+    if spec["kind"] == "model":
+        return spec["path"]
+    if not (directory / "config.json").exists():
+        model, tokenizer = load(spec, dtype, "cpu")
+        with atomic_dir(directory) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    return str(directory)

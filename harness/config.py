@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import importlib.util
 import inspect
 import json
 import textwrap
@@ -97,6 +98,10 @@ class Config:
     """Weights' dtype for training and evaluation."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or a torch device such as 'cuda:0'."""
+    sampler: Literal["torch", "vllm"] = "torch"
+    """What generates evaluation completions and LoRA-population rollouts: 'torch' (nograd's decode loop, any device) or 'vllm' (vLLM installed and a CUDA GPU; GRPO and F-GRPO then generate through TRL's vLLM integration). Full-weight perturbation methods always roll out with 'torch'."""
+    vllm_gpu_memory: float = 0.45
+    """Share of the GPU's memory vLLM reserves for its engine (sampler: vllm); the rest stays for the torch model being trained."""
     data_dir: str | None = None
     """Directory of data files in the hub's layout that overrides hub and packages (env NOGRAD_DATA_DIR when null)."""
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -255,6 +260,9 @@ def validate(raw: dict, source: str = "config") -> Config:
     cfg.evaluation = EvaluationConfig(**raw.get("evaluation", {}))
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
+    if cfg.sampler == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise NogradError(f"{source}: sampler: 'vllm' needs vLLM installed (pip install vllm, on a machine with a "
+                          "CUDA GPU); 'torch' runs anywhere")
     return cfg
 
 

@@ -49,3 +49,12 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+def work_dir(stage: str, method: str, task: str, seed: int, config_hash: str) -> Path:
+    """Where a job keeps what lets it resume (checkpoints, generated blocks), outside the outputs
+    Snakemake deletes before a rerun. One folder per job config: a job whose config changed
+    starts afresh instead of resuming another config's state or MLflow run."""
+    path = Path("results/work") / stage / method / task / f"seed{seed}" / config_hash
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -25,7 +25,7 @@ from evals.tasks.base import Problem
 from harness import data, meters, models, tracking
 from harness.config import Config, config_hash
 from harness.errors import NogradError, one_line
-from harness.outputs import atomic_dir, read_json, write_json
+from harness.outputs import atomic_dir, read_json, work_dir, write_json
 from methods import get_method
 
 
@@ -62,6 +62,7 @@ class Run:
         self._stage_start: dict[str, float] = {}
         self._resume_point: dict | None = None
         self._loaded = False
+        self._vllm = None  # the vLLM engine of `population_rollout` under `sampler: vllm`
 
     # ------------------------------------------------------------------ data and reward
 
@@ -115,15 +116,32 @@ class Run:
     def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
         """Greedy rollouts of every problem under each LoRA adapter in `adapters`, all in one
         batch (peft's mixed-adapter batches: the base model's matmuls are shared, each row adds
-        its own adapter's low-rank term); rewards [adapters, problems]. Each member's completions
-        are those `rollout` gives with that adapter active, up to floating-point rounding."""
+        its own adapter's low-rank term; or, with `sampler: vllm`, one LoRA request per row);
+        rewards [adapters, problems]. Each member's completions are those `rollout` gives with
+        that adapter active, up to floating-point rounding."""
         params = SamplingParams(max_new_tokens=self.config.training.max_new_tokens,
                                 batch_size=self.config.evaluation.batch_size)
-        prompts = self.prompts(problems)
-        completions = sample(self.model, self.tokenizer, prompts * len(adapters), params,
-                             adapters=[name for name in adapters for _ in prompts])
+        prompts = self.prompts(problems) * len(adapters)
+        names = [name for name in adapters for _ in problems]
+        if self.config.sampler == "vllm":
+            requests = self._served_adapters(adapters)
+            completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
+        else:
+            completions = sample(self.model, self.tokenizer, prompts, params, adapters=names)
         rewards = [self.reward(p, row[0].text) for p, row in zip(list(problems) * len(adapters), completions)]
         return np.array(rewards).reshape(len(adapters), len(problems))
+
+    def _served_adapters(self, names: Sequence[str]) -> dict:
+        """The named adapters written to the work directory, as vLLM LoRA requests on an engine
+        serving the base model (started at the first call)."""
+        from evals.vllm_sampler import VllmSampler
+
+        if self._vllm is None:
+            self._vllm = VllmSampler(self.model_manifest["path"], self.config.dtype, self.config.vllm_gpu_memory,
+                                     lora_rank=self.model.peft_config[names[0]].r, max_loras=len(names))
+        where = self.work_dir / "population"
+        self.model.save_pretrained(where, selected_adapters=list(names))
+        return {name: self._vllm.adapter(where / name) for name in names}
 
     def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
         """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
@@ -279,12 +297,11 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`."""
     spec = get_method(method)
     out_dir = out.parent
-    work_dir = Path("results/work/train") / method / task / f"seed{seed}"
-    work_dir.mkdir(parents=True, exist_ok=True)
+    work = work_dir("train", method, task, seed, config_hash(cfg))
     seed_everything(seed)
-    run = Run(cfg, method, task, seed, read_json(model_manifest), data_dir, out_dir, work_dir)
+    run = Run(cfg, method, task, seed, read_json(model_manifest), data_dir, out_dir, work)
     manifest = read_json(data_dir / "manifest.json")
-    run_id_file = work_dir / "mlflow_run_id"
+    run_id_file = work / "mlflow_run_id"
     resume_id = run_id_file.read_text().strip() if run_id_file.exists() else None
     tags = {
         "nograd.kind": "train", "nograd.method": method, "nograd.task": task, "nograd.seed": str(seed),

@@ -191,7 +191,7 @@ def check(config: GRPOMethodConfig, run) -> None:
 
 def trl_config(config: GRPOMethodConfig, run) -> GRPOConfig:
     """TRL's arguments: the method's settings, the harness's rollout length, reward weights,
-    checkpoint cadence and dtype (autocast to it unless it is float32)."""
+    checkpoint cadence, dtype (autocast to it unless it is float32) and sampler."""
     rollouts = config.prompts_per_step * config.num_generations
     return GRPOConfig(
         output_dir=str(run.work_dir / "trl"),
@@ -220,6 +220,10 @@ def trl_config(config: GRPOMethodConfig, run) -> GRPOConfig:
         save_steps=run.config.training.checkpoint_every,
         save_total_limit=2,  # the harness's last checkpoint is at most one TRL checkpoint behind
         disable_tqdm=True,  # the harness's step loop shows the progress
+        # `sampler: vllm`: TRL generates with vLLM in this process, its weights synced each step.
+        use_vllm=run.config.sampler == "vllm",
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=run.config.vllm_gpu_memory,
     )
 
 

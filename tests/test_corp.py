@@ -182,6 +182,7 @@ def test_short_run_gives_one_model_and_repeats_when_killed_and_resumed(workdir, 
     shutil.rmtree("results/work")
     with killed_at_step(monkeypatch, 5):
         workdir.train("results/b/artifact.json")
-    assert Path("results/work/train/corp/gsm8k/seed0/checkpoint/state.pt").exists()
+    [work] = Path("results/work/train/corp/gsm8k/seed0").iterdir()  # one folder: one config
+    assert (work / "checkpoint" / "state.pt").exists()
     again = read_json(workdir.train("results/b/artifact.json"))
     assert again["terms"] == spec["terms"], "same seed, different model"

@@ -229,7 +229,8 @@ def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypa
     shutil.rmtree("results/work")
     with killed_at_step(monkeypatch, 3 + 2):  # after the search's checkpoint, taken after generation 1
         essa.train("results/b/artifact.json")
-    saved = torch.load("results/work/train/essa/gsm8k/seed0/checkpoint/state.pt", weights_only=False)
+    [work] = Path("results/work/train/essa/gsm8k/seed0").iterdir()  # one folder: one config
+    saved = torch.load(work / "checkpoint" / "state.pt", weights_only=False)
     assert (saved["stage"], saved["step"]) == ("search", 2) and "sft" in saved["stages"], "resumes inside the search"
     resumed = adapter(essa.train("results/b/artifact.json"))
     assert reference.keys() == resumed.keys() and all(torch.equal(reference[k], resumed[k]) for k in reference)

@@ -61,7 +61,8 @@ def test_killed_evaluation_resumes_to_the_same_completions(workdir):
     resumed = workdir.evaluate(artifact, "results/eval/a/metrics.json")
     assert resumed["cost"]["eval"]["sequences_generated"] == 0, "cached blocks are not generated again"
     assert Path("results/eval/a/completions.jsonl").read_text() == completions
-    cache = Path("results/work/eval/mezo/gsm8k/seed0/generations.jsonl")
+    [work] = Path("results/work/eval/mezo/gsm8k/seed0").iterdir()  # one folder: one config
+    cache = work / "generations.jsonl"
     kept = cache.read_text().splitlines()[:1]  # as if killed after the first block
     cache.write_text("\n".join(kept) + "\n")
     again = workdir.evaluate(artifact, "results/eval/a/metrics.json")

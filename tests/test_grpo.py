@@ -120,7 +120,7 @@ def test_a_killed_run_resumes_from_trl_and_harness_checkpoints_to_the_same_model
     with killed_at_step(monkeypatch, 3):
         workdir.train("results/b/artifact.json")
     assert not Path("results/b/artifact.json").exists(), "a killed job must not leave its output"
-    work = Path("results/work/train/grpo/gsm8k/seed0")
+    [work] = Path("results/work/train/grpo/gsm8k/seed0").iterdir()  # one folder: one config
     assert (work / "checkpoint" / "state.pt").exists() and (work / "trl" / "checkpoint-2").is_dir()
     resumed = workdir.train("results/b/artifact.json")
     assert [h["step"] for h in train_metrics(resumed)["history"]] == [0, 1, 2, 3]

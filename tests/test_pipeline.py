@@ -33,7 +33,8 @@ def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(workdir, monk
     with killed_at_step(monkeypatch, 3):
         prepared("results/c/artifact.json")
     assert not Path("results/c/artifact.json").exists(), "a killed job must not leave its output"
-    assert Path("results/work/train/mezo/gsm8k/seed0/checkpoint/state.pt").exists()
+    [work] = Path("results/work/train/mezo/gsm8k/seed0").iterdir()  # one folder: one config
+    assert (work / "checkpoint" / "state.pt").exists()
     resumed = prepared("results/c/artifact.json")
     history = read_json(resumed.parent / "metrics.json")["history"]
     assert [h["step"] for h in history] == [0, 1, 2, 3]
