@@ -10,6 +10,7 @@ process, embedded model; the rewards must agree.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ def main() -> None:
     prompts = gsm8k_prompts(tokenizer, args.problems)
     params = SamplingParams(max_new_tokens=args.new_tokens, batch_size=args.population * args.problems)
 
-    def in_turn() -> list[str]:
+    def in_turn(params: SamplingParams = params) -> list[str]:
         texts = []
         for x in candidates:
             space.set(x)
@@ -49,15 +50,16 @@ def main() -> None:
         space.set(x0)
         return texts
 
-    def batched() -> list[str]:
+    def batched(params: SamplingParams = params) -> list[str]:
         with space.population(model, candidates) as adapters:
             rows = sample(model, tokenizer, prompts * len(adapters), params,
                           adapters=[name for name in adapters for _ in prompts])
         return [row[0].text for row in rows]
 
     tokens = lambda texts: sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)  # noqa: E731
-    loop_s, loop_texts = median_seconds(in_turn, args.repeats)
-    batch_s, batch_texts = median_seconds(batched, args.repeats)
+    short = dataclasses.replace(params, max_new_tokens=8)  # warm-ups: every shape, few tokens
+    loop_s, loop_texts = median_seconds(in_turn, args.repeats, lambda: in_turn(short))
+    batch_s, batch_texts = median_seconds(batched, args.repeats, lambda: batched(short))
     same = sum(a == b for a, b in zip(loop_texts, batch_texts)) / len(loop_texts)
     rows = [["one member after another", f"{tokens(loop_texts)}", f"{loop_s:.1f}", f"{tokens(loop_texts) / loop_s:.1f}", "1.00x", ""],
             ["all members in one batch", f"{tokens(batch_texts)}", f"{batch_s:.1f}", f"{tokens(batch_texts) / batch_s:.1f}",
