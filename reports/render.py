@@ -546,7 +546,8 @@ def _scale_line(header: dict) -> str:
         f"{header.get('samples_per_problem', MISSING)} samples per problem, "
         + (f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}, " if seeds else "")
         + f"on {header.get('hardware', MISSING)}, "
-        f"{_duration(header.get('total_wall_clock_s'))} in total."
+        f"{_duration(header.get('job_time_s'))} of training and evaluation jobs in total (summed: jobs may "
+        "run side by side)."
     )
 
 
@@ -559,7 +560,7 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
         ("Hardware", str(header.get("hardware", MISSING))),
-        ("Total wall-clock", _duration(header.get("total_wall_clock_s"))),
+        ("Job time (training, evaluation, cross-checks; summed over jobs)", _duration(header.get("job_time_s"))),
         ("Config hash", str(header.get("config_hash", MISSING))),
         ("Commit", str(header.get("commit", MISSING))),
         ("Suite version", str(header.get("suite_version", MISSING))),

@@ -30,7 +30,7 @@ HEADER = {
     "config_hash": "cfg0123abcd",
     "commit": "deadbeef42",
     "date": "2026-01-02",
-    "total_wall_clock_s": 1234.0,
+    "job_time_s": 1234.0,
 }
 
 COST_KEYS = [
@@ -169,7 +169,7 @@ def test_partial_and_odd_results_do_not_raise(tmp_path):
     lone = result("newmethod", "gsm8k", 0, (0.5, 0.25, 0.75), [(1, 0.5, 0.25, 0.75)])
     no_metrics = {**result("mezo", "math", 0, None, []), "cost": None}
     header = copy.deepcopy(HEADER)
-    del header["total_wall_clock_s"]
+    del header["job_time_s"]
     written = render([lone, no_metrics], header, tmp_path)
     markdown = written["report.md"].read_text()
     assert "newmethod" in markdown and "No cross-check results." in markdown
