@@ -46,6 +46,8 @@ class EvaluationConfig:
 
     samples: int = 256
     """Completions sampled per problem (n); pass@k is reported for k = 1, 2, 4, ... up to n."""
+    samples_by_method: dict[str, int] = field(default_factory=dict)
+    """Samples per problem for the methods named, in place of `samples` (e.g. {base: 256}): a longer pass@k curve where it is affordable. pass@k's estimator is unbiased at any n, so methods stay comparable at every k they share."""
     temperature: float = 0.6
     """Sampling temperature for pass@k."""
     top_p: float = 0.95
@@ -204,6 +206,10 @@ def schema() -> dict:
         minProperties=1,
     )
     root["properties"]["seeds"]["minItems"] = 1
+    root["properties"]["evaluation"]["properties"]["samples_by_method"].update(
+        propertyNames={"enum": list(METHODS)},
+        additionalProperties={"type": "integer", "minimum": 1},
+    )
     return root
 
 
@@ -260,6 +266,9 @@ def validate(raw: dict, source: str = "config") -> Config:
     cfg.evaluation = EvaluationConfig(**raw.get("evaluation", {}))
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
+    if unrun := sorted(set(cfg.evaluation.samples_by_method) - set(cfg.methods)):
+        raise NogradError(f"{source}: evaluation.samples_by_method names {', '.join(map(repr, unrun))}, which this "
+                          f"config does not run (methods: {', '.join(cfg.methods)})")
     if cfg.sampler == "vllm" and importlib.util.find_spec("vllm") is None:
         raise NogradError(f"{source}: sampler: 'vllm' needs vLLM installed (pip install vllm, on a machine with a "
                           "CUDA GPU); 'torch' runs anywhere")
@@ -289,10 +298,15 @@ def for_run(cfg: Config, method: str | None = None, task: str | None = None, see
     """The part of a config one job depends on: its own method and task, and everything shared.
 
     Passing only this to a job keeps Snakemake from rerunning every job when an unrelated
-    method's settings change, and gives each run a hash of exactly what it depends on.
+    method's settings change, and gives each run a hash of exactly what it depends on. A
+    method's job sees its own number of evaluation samples as `evaluation.samples`.
     """
+    ev = cfg.evaluation
+    if method:
+        ev = dataclasses.replace(ev, samples=ev.samples_by_method.get(method, ev.samples), samples_by_method={})
     return dataclasses.replace(
         cfg,
+        evaluation=ev,
         tasks={task: cfg.tasks[task]} if task else cfg.tasks,
         methods={method: cfg.methods[method]} if method else cfg.methods,
         seeds=[seed] if seed is not None else cfg.seeds,

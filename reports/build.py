@@ -19,7 +19,7 @@ from harness import data, tracking
 from harness.config import REPO, Config, config_hash, to_dict
 from harness.outputs import atomic_path, read_json, write_json
 from reports.citations import suite_version
-from reports.render import render
+from reports.render import render, samples_text
 from reports.scores import read_completions
 
 MAX_HISTORY_POINTS = 1000
@@ -55,8 +55,9 @@ def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.y
     differences = []
     if cfg.model != paper.model:
         differences.append(f"model {cfg.model} (paper scale: {paper.model})")
-    if ev.samples != paper_ev.samples:
-        differences.append(f"{ev.samples} samples per problem (paper scale: {paper_ev.samples})")
+    if ev.samples != paper_ev.samples or ev.samples_by_method != paper_ev.samples_by_method:
+        differences.append(f"{samples_text(ev.samples, ev.samples_by_method)} samples per problem "
+                           f"(paper scale: {samples_text(paper_ev.samples, paper_ev.samples_by_method)})")
     if len(cfg.seeds) != len(paper.seeds):
         differences.append(f"{len(cfg.seeds)} seed(s) (paper scale: {len(paper.seeds)})")
     for task, sizes in cfg.tasks.items():
@@ -121,6 +122,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
                               "source": data.describe(m["test"]), "train_source": data.describe(m["train"])}
                   for m in manifests},
         "samples_per_problem": cfg.evaluation.samples,
+        "samples_by_method": cfg.evaluation.samples_by_method,
         "seeds": list(cfg.seeds),
         "methods": to_dict(cfg.methods),
         "hardware": tracking.hardware(),

@@ -27,7 +27,7 @@ from reports.citations import paper_entries, run_entry
 from reports.names import METHOD_NAMES, display_name, ordered, rank
 from reports.scores import GREEDY, PASS, Intervals, ProblemScores, paired_difference, trailing_mean, training_curve
 
-__all__ = ["FIGURE_TITLES", "METHOD_NAMES", "display_name", "outputs", "passk_figure", "render"]
+__all__ = ["FIGURE_TITLES", "METHOD_NAMES", "display_name", "outputs", "passk_figure", "render", "samples_text"]
 
 MISSING = "—"
 REFERENCES = ("base", "grpo")
@@ -534,6 +534,16 @@ def _table(title: str, name: str, caption: str, frame: pd.DataFrame, text_column
     }
 
 
+def samples_text(samples, by_method: dict[str, int] | None = None) -> str:
+    """Samples per problem in words: '8', or '8 (base: 256)' where some methods draw more."""
+    exceptions = ", ".join(f"{display_name(m)}: {n}" for m, n in (by_method or {}).items())
+    return f"{samples} ({exceptions})" if exceptions else str(samples)
+
+
+def _samples(header: dict) -> str:
+    return samples_text(header.get("samples_per_problem", MISSING), header.get("samples_by_method"))
+
+
 def _scale_line(header: dict) -> str:
     """One sentence with the run's scale, so a small run is never read as a paper-scale one."""
     tasks = header.get("tasks", {})
@@ -543,7 +553,7 @@ def _scale_line(header: dict) -> str:
         f"Scale: config '{header.get('name', MISSING)}' (hash {header.get('config_hash', MISSING)}), "
         f"model {header.get('model', MISSING)}, "
         f"test problems per task: {sizes or MISSING}, "
-        f"{header.get('samples_per_problem', MISSING)} samples per problem, "
+        f"{_samples(header)} samples per problem, "
         + (f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}, " if seeds else "")
         + f"on {header.get('hardware', MISSING)}, "
         f"{_duration(header.get('job_time_s'))} of training and evaluation jobs in total (summed: jobs may "
@@ -556,7 +566,7 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
     return [
         ("Model", str(header.get("model", MISSING))),
         ("Model source", str(header.get("model_source", MISSING))),
-        ("Samples per problem", str(header.get("samples_per_problem", MISSING))),
+        ("Samples per problem", _samples(header)),
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
         ("Hardware", str(header.get("hardware", MISSING))),

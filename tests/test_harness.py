@@ -37,6 +37,10 @@ def test_every_method_config_field_is_documented_and_paper_yaml_holds_the_defaul
         ({"methods": {"mezo": {"objective": "kl"}}}, "methods.mezo.objective: 'kl' is not one of"),
         ({"evalution": {}}, "unknown key 'evalution' in the top level (valid: data_dir, device"),
         ({"seeds": []}, "seeds: [] should be non-empty"),
+        ({"evaluation": {"samples_by_method": {"bse": 64}}}, "evaluation.samples_by_method: 'bse' is not one of"),
+        ({"evaluation": {"samples_by_method": {"mezo": 64}}},
+         "evaluation.samples_by_method names 'mezo', which this config does not run (methods: base)"),
+        ({"evaluation": {"samples_by_method": {"base": 0}}}, "evaluation.samples_by_method.base: 0 is less than"),
     ],
 )
 def test_bad_config_fails_with_one_line_naming_key_and_choices(change, message):
@@ -57,6 +61,16 @@ def test_run_config_holds_only_its_method_and_task():
     assert list(run.methods) == ["mezo"] and list(run.tasks) == ["math"] and run.seeds == [0]
     assert config.config_hash(run) != config.config_hash(config.for_run(cfg, "base", "math", 0))
     assert config.validate(config.to_dict(run)) == run
+
+
+def test_a_method_job_sees_its_own_number_of_evaluation_samples():
+    raw = {**MINIMAL, "methods": {"base": {}, "mezo": {}}, "evaluation": {"samples": 8, "samples_by_method": {"base": 32}}}
+    cfg = config.validate(raw)
+    assert config.for_run(cfg, "base", "gsm8k", 0).evaluation.samples == 32
+    assert config.for_run(cfg, "mezo", "gsm8k", 0).evaluation.samples == 8
+    # Changing base's samples leaves mezo's jobs (and their hash) as they were.
+    more = config.validate({**raw, "evaluation": {"samples": 8, "samples_by_method": {"base": 256}}})
+    assert config.config_hash(config.for_run(more, "mezo", "gsm8k", 0)) == config.config_hash(config.for_run(cfg, "mezo", "gsm8k", 0))
 
 
 def test_atomic_outputs_leave_nothing_when_interrupted(tmp_path):

@@ -74,22 +74,25 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
 
 
 def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir)))
+    cfg = tiny_config(tiny_model_dir)
+    cfg["evaluation"]["samples_by_method"] = {"base": 8}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
 
     results = tmp_path / "results"
     report = (results / "report" / "report.md").read_text()
-    assert "MeZO" in report and "Base model" in report
+    assert "MeZO" in report and "Base model" in report and "4 (Base model: 8) samples per problem" in report
     assert (results / "report" / "report.html").exists() and (results / "report" / "passk_math.png").exists()
     summary = read_json(results / "summary.json")
     assert len(summary["results"]) == 6
     for r in summary["results"]:
-        assert r["problems"] == 2 and r["samples_per_problem"] == 4
-        assert [p["k"] for p in r["pass_at_k"]] == [1, 2, 4]
+        n = 8 if r["method"] == "base" else 4
+        assert r["problems"] == 2 and r["samples_per_problem"] == n
+        assert [p["k"] for p in r["pass_at_k"]] == [1, 2, 4, 8][: n.bit_length()]
         ev = r["cost"]["eval"]
-        assert ev["forward_passes"] == ev["sequences_generated"] == 2 * (1 + 4)
-        assert ev["tokens_generated"] > 0 and ev["reward_calls"] == 2 * (1 + 4)
+        assert ev["forward_passes"] == ev["sequences_generated"] == 2 * (1 + n)
+        assert ev["tokens_generated"] > 0 and ev["reward_calls"] == 2 * (1 + n)
         assert ev["wall_clock_s"] > 0 and ev["peak_memory_mb"] > 0
         train = r["cost"]["train"]
         if r["method"] == "base":
@@ -99,7 +102,7 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
             assert train["backward_passes"] == 0 and train["tokens_processed"] > 0
             assert train["time_forward_s"] > 0 and train["peak_memory_mb"] > 0
         lines = (results / "eval" / r["method"] / r["task"] / "seed0" / "completions.jsonl").read_text().splitlines()
-        assert len(lines) == 2 * (1 + 4) and {"text", "correct", "answer"} <= set(json.loads(lines[0]))
+        assert len(lines) == 2 * (1 + n) and {"text", "correct", "answer"} <= set(json.loads(lines[0]))
 
     import mlflow
 
