@@ -535,7 +535,7 @@ def _table(title: str, name: str, caption: str, frame: pd.DataFrame, text_column
 
 
 def samples_text(samples, by_method: dict[str, int] | None = None) -> str:
-    """Samples per problem in words: '8', or '8 (base: 256)' where some methods draw more."""
+    """Samples per problem in words: '8', or '8 (Base model: 256)' where some methods draw more."""
     exceptions = ", ".join(f"{display_name(m)}: {n}" for m, n in (by_method or {}).items())
     return f"{samples} ({exceptions})" if exceptions else str(samples)
 
