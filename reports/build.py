@@ -55,9 +55,9 @@ def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.y
     differences = []
     if cfg.model != paper.model:
         differences.append(f"model {cfg.model} (paper scale: {paper.model})")
-    if ev.samples != paper_ev.samples or ev.samples_by_method != paper_ev.samples_by_method:
-        differences.append(f"{samples_text(ev.samples, ev.samples_by_method)} samples per problem "
-                           f"(paper scale: {samples_text(paper_ev.samples, paper_ev.samples_by_method)})")
+    ours, published = (samples_text(e.samples, e.samples_by_method) for e in (ev, paper_ev))
+    if ours != published:
+        differences.append(f"{ours} samples per problem (paper scale: {published})")
     if len(cfg.seeds) != len(paper.seeds):
         differences.append(f"{len(cfg.seeds)} seed(s) (paper scale: {len(paper.seeds)})")
     for task, sizes in cfg.tasks.items():
