@@ -16,7 +16,7 @@ from typing import Iterator
 
 from harness import meters, models
 from harness.outputs import atomic_dir
-from harness.perturb import combine_, trainable
+from harness.perturb import combine_
 
 
 def inference_passes(artifact: dict) -> int:
@@ -34,7 +34,9 @@ def load(spec: dict, dtype: str = "float32", device: str = "auto"):
 
         return PeftModel.from_pretrained(model, spec["path"]).merge_and_unload(), tokenizer
     if kind == "seeds":
-        combine_(trainable(model), [tuple(term) for term in spec["terms"]], spec.get("mode", "iid"))
+        # A plain list, not `trainable`: one transient fp32 copy of a tensor at a time, no master
+        # kept for the evaluation; below fp32 each weight becomes the cast of fp32(base) + sum.
+        combine_(list(model.parameters()), [tuple(term) for term in spec["terms"]], spec.get("mode", "iid"))
         return model, tokenizer
     raise ValueError(f"unknown artifact kind {kind!r}")
 

@@ -8,12 +8,23 @@ Noise modes:
   independent noise (as MeZO's sequential generator does).
 - "shared": every tensor re-seeds with `seed`, as the RandOpt, CoRP, ESSAM and Qiu et al. code
   does; tensors of equal shape then receive identical noise. Offered for fidelity.
+
+Precision: the updates these methods make are tiny (MeZO's lr g z is about 1e-6 per element,
+ESSAM's about 4e-5), below half a bf16 ulp of most weights, so added straight into bf16 or fp16
+weights they would round away and the method would not train. `trainable` therefore gives a
+method fp32 tensors (`Weights`): the weights themselves when the model is in fp32, else one fp32
+master copy, kept for the whole run, that every perturbation and update goes to and that the
+model's weights are a cast of. A temporary move (`perturbed`) shows the model the cast of
+master + offset and then the cast of the master again, so the low-precision weights return bit
+for bit and the master never moves. The master is a real cost of the method: it is allocated in
+the training process, where the memory meters see it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Literal, Sequence
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -34,11 +45,62 @@ def noise(param: torch.Tensor, seed: int, index: int, mode: NoiseMode = "iid") -
     return torch.randn(param.shape, generator=generator, device=param.device, dtype=torch.float32)
 
 
+def _below_fp32(tensor: torch.Tensor) -> bool:
+    return tensor.is_floating_point() and torch.finfo(tensor.dtype).bits < 32
+
+
+class Weights(list):
+    """The tensors a full-parameter method does arithmetic on, in `trainable` order: each model
+    weight itself where it is fp32 (or wider), an fp32 master copy of it where it is not.
+
+    This module's functions keep the model a cast of the masters. A method that changes the
+    tensors in place by other means (MeZO's weight decay) calls `sync` after."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.model_weights = list(params)
+        super().__init__(p.detach().float() if _below_fp32(p) else p for p in self.model_weights)
+        self._perturbed = False
+
+    @property
+    def masters(self) -> dict[str, torch.Tensor]:
+        """The fp32 master copies by tensor index (empty for an fp32 model): what a checkpoint saves."""
+        return {str(i): t for i, (t, w) in enumerate(zip(self, self.model_weights)) if t is not w}
+
+    @torch.no_grad()
+    def load_masters(self, masters: dict[str, torch.Tensor]) -> None:
+        """Restore master copies saved from `masters` (a resumed run) and cast them into the model."""
+        for key, saved in masters.items():
+            self[int(key)].copy_(saved)
+        self.sync()
+
+    @torch.no_grad()
+    def sync(self, index: int | None = None) -> None:
+        """Cast the masters (or the one of tensor `index`) into the model's weights."""
+        for i in range(len(self)) if index is None else (index,):
+            if self[i] is not self.model_weights[i]:
+                self.model_weights[i].copy_(self[i])
+
+
+def in_fp32(params: Sequence[torch.Tensor]) -> Iterator[tuple[int, torch.Tensor]]:
+    """(index, tensor) for each tensor, the tensor in fp32 or wider: a `Weights` master, or, for a
+    plain list, a transient fp32 copy of one weight at a time. What the caller adds to it before
+    asking for the next item is cast into the model's weight."""
+    for index, param in enumerate(params):
+        if isinstance(params, Weights):
+            yield index, param
+            params.sync(index)
+        else:
+            tensor = param.float() if _below_fp32(param) else param
+            yield index, tensor
+            if tensor is not param:
+                param.copy_(tensor)
+
+
 @torch.no_grad()
 def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: NoiseMode = "iid") -> None:
-    """params += scale * noise(seed), tensor by tensor, in place."""
-    for index, param in enumerate(params):
-        param.add_(noise(param, seed, index, mode).to(param.dtype), alpha=scale)
+    """params += scale * noise(seed), tensor by tensor, in place (on the masters, if any)."""
+    for index, tensor in in_fp32(params):
+        tensor.add_(noise(tensor, seed, index, mode).to(tensor.dtype), alpha=scale)
 
 
 def _combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
@@ -54,11 +116,46 @@ def combine_(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]],
     """params += sum_j coef_j * noise(seed_j): an ES or zeroth-order update, accumulated in fp32.
 
     The sum for a tensor is formed in a fixed order, so applying the negated terms adds exactly
-    the negated sum: a move is undone up to the rounding of the two additions to the parameters.
+    the negated sum: a move is undone up to the rounding of the two additions to the parameters
+    (the fp32 masters, for a low-precision model).
     """
     terms = list(terms)
-    for index, param in enumerate(params):
-        param.add_(_combination(param, index, terms, mode).to(param.dtype))
+    for index, tensor in in_fp32(params):
+        tensor.add_(_combination(tensor, index, terms, mode).to(tensor.dtype))
+
+
+@contextmanager
+def perturbed(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]],
+              mode: NoiseMode = "iid") -> Iterator[None]:
+    """Inside the block the model is at theta + sum_j coef_j * noise(seed_j); after it, at theta.
+
+    A low-precision weight is set to the cast of master + offset and then to the cast of the
+    master again: bit for bit what it was, with the master never moved. An fp32 weight gets the
+    offset added and then subtracted, and returns within the rounding of the two additions.
+    Perturbations do not nest: a method moves the centre (an ascent, say) with `combine_`.
+    """
+    terms = list(terms)
+    weights = params if isinstance(params, Weights) else Weights(params)
+    if weights._perturbed:
+        raise RuntimeError("perturbed() blocks do not nest; move the centre with combine_ instead")
+
+    @torch.no_grad()
+    def move(sign: float) -> None:
+        for index, (tensor, target) in enumerate(zip(weights, weights.model_weights)):
+            if tensor is target:
+                tensor.add_(_combination(tensor, index, terms, mode).to(tensor.dtype), alpha=sign)
+            elif sign > 0:
+                target.copy_(tensor + _combination(tensor, index, terms, mode))
+            else:
+                target.copy_(tensor)
+
+    weights._perturbed = True
+    move(1.0)
+    try:
+        yield
+    finally:
+        move(-1.0)
+        weights._perturbed = False
 
 
 @torch.no_grad()
@@ -84,6 +181,16 @@ def population(rng: np.random.Generator, size: int, antithetic: bool = False) ->
     return [(seed, 1.0) for seed in seeds]
 
 
-def trainable(model: torch.nn.Module) -> list[torch.Tensor]:
-    """The parameters a full-parameter method perturbs, in a fixed order (tied weights once)."""
-    return list(model.parameters())
+def trainable(model: torch.nn.Module) -> Weights:
+    """The parameters a full-parameter method perturbs, in a fixed order (tied weights once), as
+    fp32 `Weights`. Every call on a model returns the same object, so a run keeps one master copy."""
+    weights = model.__dict__.get("_nograd_weights")
+    if weights is None:
+        weights = model.__dict__["_nograd_weights"] = Weights(list(model.parameters()))
+    return weights
+
+
+def master_of(model: torch.nn.Module) -> Weights | None:
+    """The model's `Weights` when it has fp32 master copies (a low-precision model that a method moved)."""
+    weights = model.__dict__.get("_nograd_weights")
+    return weights if weights is not None and weights.masters else None

@@ -16,13 +16,13 @@ from typing import Iterator, Sequence
 import mlflow
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
 from evals.sampler import Completion, SamplingParams, prompt_text, sample
 from evals.tasks import get_task
 from evals.tasks.base import Problem
-from harness import data, meters, models, tracking
+from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
 from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, read_json, work_dir, write_json
@@ -223,6 +223,8 @@ class Run:
     def _checkpoint(self, next_step: int) -> None:
         with atomic_dir(self.work_dir / "checkpoint") as tmp:
             save_model(self.model, tmp / "model.safetensors")
+            if (weights := perturb.master_of(self.model)) is not None:
+                save_file(weights.masters, tmp / "master.safetensors")
             torch.save(
                 {
                     "step": next_step,
@@ -251,6 +253,8 @@ class Run:
             return
         saved = torch.load(checkpoint / "state.pt", weights_only=False)
         load_model(self.model, checkpoint / "model.safetensors")
+        if (checkpoint / "master.safetensors").exists():
+            perturb.trainable(self.model).load_masters(load_file(checkpoint / "master.safetensors"))
         self.rng.bit_generator.state = saved["rng"]
         torch.set_rng_state(saved["torch_rng"])
         self.state, self.history = saved["state"], saved["history"]

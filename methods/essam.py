@@ -30,10 +30,11 @@ Choices, stated because the benchmark runs every method under the same condition
   seed, as the ESSAM code does. `antithetic: true` evaluates pairs +-eps (not in the paper).
 - The code's extra greedy evaluations of the batch around the update (ESSAM after it, ESSAM-F
   before it) only feed its logs and are not run; the harness evaluates the trained model.
-- Restoring: a member is removed by subtracting its seeded noise (`perturb_`), the ascent by
-  `combine_` with the negated terms, whose per-tensor fp32 sum is exactly the negation of the
-  ascent's. Either way theta returns within the rounding of two additions: per element at most
-  u (2|theta| + |t|) for a move t, u the unit roundoff of the weights' dtype (tested in fp32).
+- Restoring: a member is scored inside `perturbed` (below fp32 the weights come back bit for
+  bit from the harness's fp32 master); the ascent is a move of the centre (`combine_`, on the
+  master) undone by `combine_` with the negated terms, whose per-tensor fp32 sum is exactly the
+  negation of the ascent's. In fp32 theta returns within the rounding of two additions: per
+  element at most u (2|theta| + |t|) for a move t, u the unit roundoff of fp32 (tested).
 - ESSAM-F's rho is a radius in the whole parameter space, ESSAM's a scale on an unnormalised sum
   (norm about rho sqrt(d / N)); the code uses rho = 1e-4 for both, so ESSAM-F's ascent is far
   shorter. Kept as published.
@@ -48,7 +49,7 @@ import numpy as np
 import torch
 
 from harness import fitness
-from harness.perturb import NoiseMode, combination_norm, combine_, perturb_, population, trainable
+from harness.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
 from methods import register
 
 Members = list[tuple[int, float]]
@@ -94,9 +95,8 @@ def population_rewards(params: Sequence[torch.Tensor], members: Members, sigma: 
     """R_i = reward() at theta + sign_i sigma eps_i, for each member: perturb in place, evaluate, restore."""
     rewards = []
     for seed, sign in members:
-        perturb_(params, seed, sign * sigma, noise)
-        rewards.append(float(reward()))
-        perturb_(params, seed, -sign * sigma, noise)
+        with perturbed(params, [(seed, sign * sigma)], noise):
+            rewards.append(float(reward()))
     return np.asarray(rewards)
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from harness.perturb import NoiseMode, perturb_, trainable
+from harness.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
 from methods import register
 
 
@@ -51,13 +51,13 @@ def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor
     """Two-point SPSA: returns (per-example projected gradients, per-example mean loss).
 
     `objective` returns a loss per example; the directional derivative of each example along z
-    is (l+_j - l-_j) / (2 eps). The parameters are restored before returning.
+    is (l+_j - l-_j) / (2 eps). The parameters are restored before returning (`perturbed`: bit for
+    bit below fp32, where the moves go to the harness's fp32 master copy).
     """
-    perturb_(params, seed, eps, noise)
-    plus = objective()
-    perturb_(params, seed, -2 * eps, noise)
-    minus = objective()
-    perturb_(params, seed, eps, noise)
+    with perturbed(params, [(seed, eps)], noise):
+        plus = objective()
+    with perturbed(params, [(seed, -eps)], noise):
+        minus = objective()
     return (plus - minus) / (2 * eps), (plus + minus) / 2
 
 
@@ -66,7 +66,7 @@ def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, 
               noise: NoiseMode = "iid") -> None:
     """theta <- theta - lr (g z + wd theta), z regenerated from the step seed."""
     if weight_decay:
-        for param in params:
+        for _, param in in_fp32(params):
             if param.ndim >= 2:  # MeZO decays neither biases nor LayerNorm weights
                 param.mul_(1 - lr * weight_decay)
     perturb_(params, seed, -lr * projected_grad, noise)

@@ -31,7 +31,7 @@ import numpy as np
 from evals.tasks.base import Problem
 from harness.errors import NogradError
 from harness.fitness import top_k
-from harness.perturb import NoiseMode, combine_, trainable
+from harness.perturb import NoiseMode, perturbed, trainable
 from methods import register
 
 
@@ -61,11 +61,8 @@ def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
 
 def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode) -> np.ndarray:
     """Greedy-rollout reward per problem of theta + sum_j c_j eps(s_j); theta is restored after."""
-    params = trainable(run.model)
-    combine_(params, terms, noise)
-    rewards = run.rollout(problems)[1][:, 0]
-    combine_(params, [(seed, -coef) for seed, coef in terms], noise)
-    return rewards
+    with perturbed(trainable(run.model), terms, noise):
+        return run.rollout(problems)[1][:, 0]
 
 
 def discover(run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],

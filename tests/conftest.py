@@ -88,16 +88,16 @@ def workdir(request, tmp_path, monkeypatch, tiny_model_dir):
     """A working directory with the tiny model, gsm8k data and tracking prepared, as the DAG
     would; `train(out)` and `evaluate(artifact, out)` run one MeZO job on gsm8k, seed 0, or a job
     of the method given by indirect parametrisation: `parametrize("workdir", [(name, settings)],
-    indirect=True)`."""
+    indirect=True)`, or `[(name, settings, top-level config overrides)]`."""
     from types import SimpleNamespace
 
     from evals import evaluate as evaluation
     from harness import config, data, models, tracking, training
     from harness.outputs import write_json
 
-    method, settings = getattr(request, "param", ("mezo", {"steps": 4, "batch_size": 2}))
+    method, settings, *overrides = getattr(request, "param", ("mezo", {"steps": 4, "batch_size": 2}))
     monkeypatch.chdir(tmp_path)
-    cfg = config.validate(tiny_config(tiny_model_dir, **{method: settings}))
+    cfg = config.validate({**tiny_config(tiny_model_dir, **{method: settings}), **(overrides[0] if overrides else {})})
     run_cfg = config.for_run(cfg, method, "gsm8k", 0)
     models.prepare(cfg.model, Path("results/model"))
     data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))

@@ -1,12 +1,19 @@
 """The shared ES engine: fitness shaping against hand computations, antithetic populations,
-and the error of perturbing a real model in place and restoring it."""
+the error of perturbing a real model in place and restoring it, and the fp32 master copy that
+keeps low-precision models' updates."""
+
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import killed_at_step
 from harness import fitness, models
-from harness.perturb import perturb_, population, trainable
+from harness.outputs import read_json
+from harness.perturb import combine_, noise, perturb_, perturbed, population, trainable
+from methods.mezo import zo_step, zo_update
 
 
 def test_fitness_shaping_by_hand():
@@ -44,3 +51,86 @@ def test_restore_error_of_in_place_perturbation_is_bounded(tiny_model_dir):
         perturb_(params, seed, -sigma)
     worst = max(((p - b).abs() / (b.abs() + 5 * sigma)).max().item() for p, b in zip(params, before))
     assert worst < 50 * torch.finfo(torch.float32).eps, f"relative restore error {worst:.2e}"
+
+
+# ---------------------------------------------------------------- below fp32: the fp32 master copy
+
+
+def bf16_model(tiny_model_dir):
+    model, _ = models.load(tiny_model_dir, "bfloat16")
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    return model
+
+
+def test_a_mezo_step_in_bf16_moves_the_fp32_master_by_lr_g_z(tiny_model_dir):
+    """MeZO's update lr g z (about 1e-6 per element) is far below half a bf16 ulp of these weights
+    (~1e-4 at 0.02), so added straight into bf16 it would round away; the master keeps it."""
+    model = bf16_model(tiny_model_dir)
+    weights = trainable(model)
+    assert all(t.dtype == torch.float32 for t in weights) and len(weights.masters) == len(weights)
+    start = [t.clone() for t in weights]
+    ids = torch.tensor([[5, 17, 40, 99, 3, 250], [8, 8, 120, 7, 64, 2]])
+
+    def losses():
+        logits = model(input_ids=ids).logits[:, :-1].float()
+        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(1)
+
+    lr, seed = 1e-6, 3
+    with torch.no_grad():
+        grads, _ = zo_step(weights, losses, seed, eps=1e-3)
+    g = grads.mean().item()
+    assert g != 0.0
+    zo_update(weights, seed, g, lr, weight_decay=0.0)
+    for index, (moved, before) in enumerate(zip(weights, start)):
+        step = -lr * g * noise(before, seed, index)
+        rounding = torch.finfo(torch.float32).eps * (before.abs() + step.abs())
+        assert ((moved - (before + step)).abs() <= rounding).all(), f"tensor {index}: not theta - lr g z"
+    assert all(torch.equal(p, t.to(torch.bfloat16)) for p, t in zip(model.parameters(), weights)), \
+        "the model must be the cast of its master"
+    moved_master = np.mean([(t != b).float().mean().item() for t, b in zip(weights, start)])
+    assert moved_master > 0.99, "the master lost the update"
+
+
+def test_perturb_restore_rounds_leave_bf16_weights_bit_identical(tiny_model_dir):
+    model = bf16_model(tiny_model_dir)
+    weights = trainable(model)
+    combine_(weights, [(11, 3e-5)])  # an update: the master is no longer made of bf16 values
+    model_before = [p.detach().clone() for p in model.parameters()]
+    master_before = [t.clone() for t in weights]
+    for seed in range(100):
+        with perturbed(weights, [(seed, 1e-3)]):
+            assert not all(torch.equal(p, b) for p, b in zip(model.parameters(), model_before))
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), model_before)), "bf16 weights changed"
+    assert all(torch.equal(t, b) for t, b in zip(weights, master_before)), "the master moved"
+    with pytest.raises(RuntimeError, match="do not nest"), perturbed(weights, [(1, 1e-3)]):
+        with perturbed(weights, [(2, 1e-3)]):
+            pass
+
+
+def test_fp32_models_get_no_master_copy(tiny_model_dir):
+    model, _ = models.load(tiny_model_dir)
+    weights = trainable(model)
+    assert weights.masters == {} and all(t is p for t, p in zip(weights, model.parameters()))
+    assert trainable(model) is weights, "one Weights (one master) per model"
+
+
+@pytest.mark.parametrize("workdir", [("mezo", {"steps": 4, "batch_size": 2}, {"dtype": "bfloat16"})],
+                         indirect=True, ids=["mezo-bf16"])
+def test_a_bf16_run_resumes_with_its_master(workdir, monkeypatch):
+    """Killed after the step-2 checkpoint, a bf16 MeZO run resumes to the same weights: the
+    checkpoint holds the fp32 master, not only its bf16 cast (whose rounding would lose the
+    first steps' updates)."""
+    from safetensors.torch import load_file
+
+    def weights_of(artifact):
+        return load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
+
+    reference = weights_of(workdir.train("results/a/artifact.json"))
+    shutil.rmtree("results/work")
+    with killed_at_step(monkeypatch, 3):
+        workdir.train("results/b/artifact.json")
+    [work] = Path("results/work/train/mezo/gsm8k/seed0").iterdir()
+    assert (work / "checkpoint" / "master.safetensors").exists()
+    resumed = weights_of(workdir.train("results/b/artifact.json"))
+    assert all(v.dtype == torch.bfloat16 for v in resumed.values())
+    assert all(torch.equal(reference[k], resumed[k]) for k in reference), "resume lost the master"
