@@ -7,13 +7,24 @@ Counted by hooks on the model:
 - tokens_processed: token positions computed in forward calls (prefill, decode steps, training).
 - backward_passes: sequences whose logits (or, under TRL's fused LM head, whose token
   log-probabilities) a backward pass went through.
+- recomputed_layers: decoder-layer forwards, per sequence, that a backward pass ran again under
+  gradient checkpointing (transformers checkpoints each decoder layer's `forward`, so the
+  recompute is seen by a hook on the layer's first submodule firing while autograd's engine runs
+  a backward). recompute_passes = recomputed_layers / decoder layers: the sequences whose forward
+  was recomputed, in whole forwards (fractional when only some layers are checkpointed).
 Counted by the harness's sampler (GRPO's rollouts included) and reward: sequences_generated,
 tokens_generated, reward_calls, reward_errors (completions scored 0 because the verifier failed,
 under `reward.on_error: zero`).
-Derived: forward_equivalents = forward_passes + 2 x backward_passes (a backward costs about two forwards).
+Set aside (`heldout`): evaluation a training run makes of its own progress (MeZO's and SAZO's
+held-out loss) is not a training query; its forward passes and tokens are counted as
+heldout_forward_passes and heldout_tokens_processed, its time as time_heldout_s, and never in
+the training meters above.
+Derived: forward_equivalents = forward_passes + recompute_passes + 2 x backward_passes (a backward
+costs about two forwards, and a checkpointed backward also re-runs the forward it did not store).
 
 Wall-clock per phase: `generate` (sampler), `score` (rewards and verifiers), `forward` (loss
-forwards); `update` is the rest of a training run's time (perturbations, optimizer steps).
+forwards), `heldout` (set-aside evaluation); `update` is the rest of a training run's time
+(perturbations, optimizer steps).
 Peak memory: peak RSS of the process (CPU) and torch.cuda.max_memory_allocated (GPU).
 """
 
@@ -25,17 +36,23 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 COUNTERS = (
     "forward_passes",
     "tokens_processed",
     "backward_passes",
+    "recomputed_layers",
     "sequences_generated",
     "tokens_generated",
     "reward_calls",
     "reward_errors",
+    "heldout_forward_passes",
+    "heldout_tokens_processed",
 )
-PHASES = ("generate", "score", "forward")
+PHASES = ("generate", "score", "forward", "heldout")
+HELD_OUT = ("forward_passes", "tokens_processed")
+"""The counters a held-out loss forward adds to; `heldout` moves its share to `heldout_<name>`."""
 
 
 class Meters:
@@ -45,6 +62,7 @@ class Meters:
         self.started = time.perf_counter()
         self._active_phase: str | None = None
         self._handles: list = []
+        self._decoder_layers = 1
 
     # -------------------------------------------------------------- counting
 
@@ -62,6 +80,11 @@ class Meters:
         self._handles.append(model.register_forward_pre_hook(self._on_forward, with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._on_output))
         self._handles.append(model.get_output_embeddings().register_forward_hook(self._on_logits))
+        layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        for layer in layers:
+            first = next(layer.children())
+            self._handles.append(first.register_forward_pre_hook(self._on_layer, with_kwargs=True))
+        self._decoder_layers = max(len(layers), 1)
         model._nograd_meters = self
         return model
 
@@ -81,6 +104,12 @@ class Meters:
         if cache is None or cache.get_seq_length() == 0:
             self.count("forward_passes", batch)
 
+    def _on_layer(self, module, args, kwargs) -> None:
+        # A layer's submodules run inside a backward only when a checkpoint recomputes the layer.
+        if torch._C._current_graph_task_id() != -1:
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            self.count("recomputed_layers", hidden.shape[0])
+
     def _on_logits(self, module, args, output) -> None:
         if output.requires_grad:
             batch = output.shape[0]
@@ -93,6 +122,19 @@ class Meters:
         log_probs = getattr(output, "log_probs", None)
         if isinstance(log_probs, torch.Tensor):
             self._on_logits(module, args, log_probs)
+
+    @contextmanager
+    def heldout(self):
+        """A held-out evaluation inside is not training: what it adds to the HELD_OUT counters
+        moves to `heldout_<counter>`, and its time is phase `heldout`."""
+        before = {name: self.counts[name] for name in HELD_OUT}
+        with self.phase("heldout"):
+            try:
+                yield
+            finally:
+                for name in HELD_OUT:
+                    self.counts[f"heldout_{name}"] += self.counts[name] - before[name]
+                    self.counts[name] = before[name]
 
     # -------------------------------------------------------------- time and memory
 
@@ -120,9 +162,11 @@ class Meters:
         """All meters now, under the names the result files and MLflow use."""
         total = time.perf_counter() - self.started
         phases = {f"time_{p}_s": self.seconds.get(p, 0.0) for p in PHASES}
+        recompute = self.counts["recomputed_layers"] / self._decoder_layers
         return {
             **self.counts,
-            "forward_equivalents": self.counts["forward_passes"] + 2 * self.counts["backward_passes"],
+            "recompute_passes": recompute,
+            "forward_equivalents": self.counts["forward_passes"] + recompute + 2 * self.counts["backward_passes"],
             **phases,
             "time_update_s": max(total - sum(phases.values()), 0.0),
             "wall_clock_s": total,

@@ -11,7 +11,7 @@ import math
 import random
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 import mlflow
 import numpy as np
@@ -28,6 +28,12 @@ from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, read_json, work_dir, write_json
 from methods import get_method
 
+Score = Literal["reward", "correctness"]
+"""What a rollout's rewards are: `Run.reward` (correctness plus the format term) or correctness alone."""
+
+HOLD_OUT_STREAM = 1
+"""Mixed with the run's seed to seed the held-out draw, so that it never consumes or mirrors `Run.rng`."""
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -37,10 +43,10 @@ def seed_everything(seed: int) -> None:
 
 class Run:
     """What a method works with. Attributes a method may read: `config` (the whole experiment
-    config), `model`, `tokenizer`, `task`, `train` (the training problems), `rng` (a numpy
-    Generator seeded by the run's seed) and `state` (a dict the method fills with whatever it
-    must carry across a resume; it is saved with every checkpoint). `stages` holds the meters
-    spent in each of the method's separately reported stages (see `stage`)."""
+    config), `model`, `tokenizer`, `task`, `train` (the training problems, less any held-out set,
+    see `hold_out`), `rng` (a numpy Generator seeded by the run's seed) and `state` (a dict the
+    method fills with whatever it must carry across a resume; it is saved with every checkpoint).
+    `stages` holds the meters spent in each of the method's separately reported stages (see `stage`)."""
 
     def __init__(self, cfg: Config, method: str, task: str, seed: int, model_manifest: dict,
                  data_dir: Path, out_dir: Path, work_dir: Path) -> None:
@@ -71,13 +77,28 @@ class Run:
         picks = self.rng.choice(len(self.train), size=min(size, len(self.train)), replace=False)
         return [self.train[i] for i in picks]
 
+    def hold_out(self, size: int) -> list[Problem]:
+        """Remove a fixed held-out set from `train` and return it: `size` problems, at most a third
+        of the split (MeZO's 500 dev examples beside its 1,000 training ones), drawn from the seed
+        alone, so every method that holds out the same size on a task and seed holds out the same
+        problems, and never trains on them. Call it before drawing anything from `train`."""
+        kept = min(size, len(self.train) // 3)
+        if kept < 1:
+            raise NogradError(f"{self.method}: cannot hold out {size} problems for evaluation: task {self.task.name} "
+                              f"has {len(self.train)} training problems and a held-out set takes at most a third")
+        picks = set(np.random.default_rng([self.seed, HOLD_OUT_STREAM]).choice(len(self.train), kept, replace=False))
+        heldout = [p for i, p in enumerate(self.train) if i in picks]
+        self.train = [p for i, p in enumerate(self.train) if i not in picks]
+        return heldout
+
     def prompts(self, problems: Sequence[Problem]) -> list[str]:
         return [prompt_text(self.tokenizer, self.task.messages(p)) for p in problems]
 
-    def reward(self, problem: Problem, completion: str) -> float:
-        """Correctness (0/1) plus the configured format term, counted as one reward call."""
+    def reward(self, problem: Problem, completion: str, score: Score = "reward") -> float:
+        """Correctness (0/1) plus the configured format term, or with `score="correctness"` the
+        correctness term alone (the papers that select on accuracy); one counted reward call."""
         correct, formatted = self.reward_terms(problem, completion)
-        return correct + self.config.reward.format_weight * formatted
+        return correct if score == "correctness" else correct + self.config.reward.format_weight * formatted
 
     def reward_terms(self, problem: Problem, completion: str) -> tuple[float, float]:
         """The two terms of `reward`: correctness (0/1) and answer format (0/1), counted as one reward call.
@@ -102,15 +123,16 @@ class Run:
                 ) from error
         return terms
 
-    def rollout(self, problems: Sequence[Problem], n: int = 1, temperature: float = 0.0,
-                top_p: float = 1.0) -> tuple[list[list[Completion]], np.ndarray]:
-        """`n` completions per problem through the metered sampler, and their rewards [problems, n]."""
+    def rollout(self, problems: Sequence[Problem], n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                score: Score = "reward") -> tuple[list[list[Completion]], np.ndarray]:
+        """`n` completions per problem through the metered sampler, and their rewards [problems, n]
+        (`score`: the reward, or correctness alone; see `reward`)."""
         params = SamplingParams(
             n=n, temperature=temperature, top_p=top_p, max_new_tokens=self.config.training.max_new_tokens,
             seed=int(self.rng.integers(2**31)), batch_size=self.config.evaluation.batch_size,
         )
         completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
-        rewards = np.array([[self.reward(p, c.text) for c in row] for p, row in zip(problems, completions)])
+        rewards = np.array([[self.reward(p, c.text, score) for c in row] for p, row in zip(problems, completions)])
         return completions, rewards
 
     def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
@@ -168,6 +190,15 @@ class Run:
             weights = target_mask[:, 1:].to(nll.dtype)
             return (nll * weights).sum(1) / weights.sum(1)
 
+    def heldout_loss(self, problems: Sequence[Problem], batch_size: int) -> float:
+        """Mean `loss` over held-out `problems`, `batch_size` at a time. An evaluation of the run's
+        progress, not a training query: its forward passes and tokens are counted apart
+        (heldout_forward_passes, heldout_tokens_processed, time_heldout_s), never in the training
+        meters or forward_equivalents, so that methods compared at equal queries stay equal."""
+        with self.meters.heldout():
+            losses = [self.loss(problems[i : i + batch_size]) for i in range(0, len(problems), batch_size)]
+        return torch.cat(losses).mean().item()
+
     # ------------------------------------------------------------------ logging and steps
 
     def log(self, logged_elsewhere: dict[str, float] | None = None, **metrics: float) -> None:
@@ -178,12 +209,20 @@ class Run:
         self.history.append({"step": self._step, **record, **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
         mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
 
-    def steps(self, total: int) -> Iterator[int]:
+    def steps(self, total: int, evaluate: Callable[[], dict[str, float]] | None = None,
+              eval_every: int = 0) -> Iterator[int]:
         """The step loop: resumes after the last checkpoint, checkpoints every `checkpoint_every` steps.
 
         Yields 0..total-1; the step logged (and shown) continues after any earlier loop's steps.
         A stage that a resumed run had already finished yields nothing.
+
+        `evaluate` (e.g. a `heldout_loss`) is called before step t whenever t is a multiple of
+        `eval_every`, and after the last step: at 0, eval_every, ..., and total. Its metrics are
+        logged in a history row of their own at step t, the number of updates made before it, so
+        the row's meters are exactly what training had spent to reach the weights evaluated.
         """
+        if evaluate is not None and eval_every < 1:
+            raise NogradError(f"{self.method}: eval_every must be at least 1, not {eval_every}")
         self._resume()
         if self._stage in self.stages:
             return
@@ -195,11 +234,16 @@ class Run:
         bar = tqdm(range(start, total), initial=start, total=total, desc=desc, unit="step", mininterval=2.0)
         for step in bar:
             self._step = self._offset + step
+            if evaluate is not None and step % eval_every == 0:
+                self.log(**evaluate())
             yield step
             last = self.history[-1] if self.history and self.history[-1]["step"] == self._step else {}
             bar.set_postfix({k: f"{v:.4g}" for k, v in last.items() if k in ("reward", "loss")})
             if (step + 1) % every == 0 and step + 1 < total:
                 self._checkpoint(step + 1)
+        if evaluate is not None:
+            self._step = self._offset + total
+            self.log(**evaluate())
         self._offset += total
 
     @contextmanager

@@ -3,7 +3,7 @@
 `core/collapse_ops.py`, `core/recenter_ops.py`, `core/corp_ops.py`), built on RandOpt.
 
 Stage 0, isotropic discovery (RandOpt's loop, shared: `methods.randopt.discover`):
-    N distinct seeds, sigma_i uniform on a grid; r_i = mean greedy reward on the support set S
+    N distinct seeds, sigma_i uniform on a grid; r_i = mean greedy correctness on the support set S
 Stage 1, constructive collapse; every (q, beta, s) of a grid is scored on the probe set P:
     E = {i : r_i >= quantile_q(r)}
     w1 = softmax(beta r_E);  m = sum_E w1_i sigma_i eps_i                                  (pass 1)
@@ -32,10 +32,14 @@ which is the same whenever seeds differ, and right when they coincide. The eigen
 the cloud's own units (amplitude^2), as in the code, so at the papers' sigma the low-rank term
 sigma sqrt(lam_k) is small next to the isotropic one.
 
+As in the code, every tensor is re-seeded with the same seed (`noise: shared`) and every score,
+support, probe, select and gate, is per-example correctness (`score: correctness`); `noise: iid`
+and `score: reward` are ablations. Under `score: reward` (the harness's training reward,
+correctness plus its format term) a fix is an example whose reward rises above the centre's, a
+regression one whose reward falls, and the paired differences are reward differences; with
+correctness, 0/1, these are the code's definitions exactly.
+
 Choices where the harness differs from the code:
-- Per-example score: the training reward (`run.reward`); a fix is an example whose reward rises
-  above the centre's, a regression one whose reward falls, and the paired differences are reward
-  differences. With 0/1 rewards these are the code's definitions exactly.
 - z-score: the code's (x - mean) / std, zeros when std <= 1e-12; not `harness.fitness.zscore`,
   whose + 1e-8 is not negligible next to dispersions of order sigma^2 ~ 1e-7.
 - The centre is committed in place. Its select/gate scores are read from one evaluation on the
@@ -43,9 +47,13 @@ Choices where the harness differs from the code:
   code evaluates the same weights again).
 - Output: the centre theta_0 + sum_j c_j eps(s_j) is one model (1 inference pass), saved as its
   seed list (`Run.seeds_artifact`), which rebuilds it exactly.
-- `perturbations` counts the random seeded models scored: Stage 0's N plus Stage 2's L per round
-  (the paper's "500 vs 5000" counts Stage 0 only); `support_reward` and `probe_reward` are the
-  centre's, logged after Stage 1 and after every round.
+- `perturbations` counts every perturbed model CoRP scores, i.e. every theta_0 + direction it
+  builds to evaluate: Stage 0's N members, Stage 1's |q| |beta| |s| grid candidates, and in each
+  Stage 2 round its L local candidates, its proposals (|q| |beta| x the distinct steps eta; one
+  model scored on the select and the gate half) and, when the gate passes, its line-search points
+  (one per alpha). The committed centre is not a perturbation. The paper's "500 vs 5000" counts
+  Stage 0 only; the cost of all of them is in the meters. `support_reward` and `probe_reward` are
+  the centre's, logged after Stage 1 and after every round.
 """
 
 from __future__ import annotations
@@ -113,8 +121,10 @@ class CoRPConfig:
     """z of the paired lower confidence bound mean - z SE on the gate half and the probe set."""
     accept_epsilon: float = 0.0
     """An accepted round must reach the current probe accuracy plus this."""
-    noise: Literal["iid", "shared"] = "iid"
-    """Noise across tensors: independent per tensor, or one seed re-used for every tensor (CoRP's code)."""
+    noise: Literal["iid", "shared"] = "shared"
+    """Noise across tensors: one seed re-used for every tensor (CoRP's code), or independent per tensor."""
+    score: Literal["correctness", "reward"] = "correctness"
+    """Per-example score on the support, probe, select and gate sets: correctness (CoRP's code), or the training reward with its format term (reward.format_weight)."""
 
 
 # ---------------------------------------------------------------- seed-coefficient space
@@ -253,7 +263,7 @@ def commit(run, config: CoRPConfig, direction: Direction, support) -> None:
     centre = run.state["centre"]
     for seed, coef in direction.items():
         centre[seed] = centre.get(seed, 0.0) + coef
-    run.state["centre_support"] = run.rollout(support)[1][:, 0]
+    run.state["centre_support"] = run.rollout(support, score=config.score)[1][:, 0]
 
 
 def collapse(run, config: CoRPConfig, support, probe) -> None:
@@ -265,7 +275,7 @@ def collapse(run, config: CoRPConfig, support, probe) -> None:
         for beta in config.beta_grid:
             merged = merge(population, rewards, q, beta, config.rank)
             for scale in config.scale_grid:
-                probe_rewards = rewards_at(run, terms(scale * merged.delta, basis), probe, config.noise)
+                probe_rewards = rewards_at(run, terms(scale * merged.delta, basis), probe, config.noise, config.score)
                 if best is None or probe_rewards.mean() > best[0].mean():
                     best = (probe_rewards, merged, q, beta, scale)
     probe_rewards, merged, q, beta, scale = best
@@ -277,7 +287,7 @@ def collapse(run, config: CoRPConfig, support, probe) -> None:
         sigma=max(config.sigmas, key=lambda s: np.mean(by_sigma[s]) if by_sigma[s] else 0.0),
         iso_lambda=config.iso_lambda, search=(basis, merged.axes, merged.eigenvalues), accepted=0, rejects=0,
         select=np.sort(order[: len(support) // 2]), gate=np.sort(order[len(support) // 2 :]),
-        perturbations=len(members),
+        perturbations=len(members) + len(config.q_grid) * len(config.beta_grid) * len(config.scale_grid),
     )
     commit(run, config, dict(terms(scale * merged.delta, basis)), support)
     run.log(q=q, beta=beta, scale=scale, elite=len(merged.elite), perturbations=run.state["perturbations"],
@@ -293,7 +303,7 @@ def recentre(run, config: CoRPConfig, round_index: int, support, probe) -> bool:
     centre_select, centre_gate = state["centre_support"][state["select"]], state["centre_support"][state["gate"]]
 
     def score(vector, basis, problems):
-        return rewards_at(run, terms(vector, basis), problems, config.noise)
+        return rewards_at(run, terms(vector, basis), problems, config.noise, config.score)
 
     # Local population around the centre, scored on the select half.
     candidates = sample_local(run.rng, config.local_population, state["sigma"], state["iso_lambda"], *state["search"])
@@ -325,6 +335,7 @@ def recentre(run, config: CoRPConfig, round_index: int, support, probe) -> bool:
                 gate_score = constructive(gate_rewards, centre_gate, config.regression_lambda)[0]
                 gate_lcb = paired_lcb(gate_rewards, centre_gate, config.gate_z)
                 proposals.append((select_score, net, gate_score > 0 and gate_lcb > 0, gate_lcb, eta, direction))
+    state["perturbations"] += len(proposals)
     ranked = sorted(proposals, key=lambda p: (p[0], p[1]), reverse=True)  # stable: grid order breaks ties
     _, _, gate_passed, gate_lcb, eta, direction = next((p for p in ranked if p[2]), ranked[0])
     metrics = {"gate_lcb": gate_lcb}
@@ -333,6 +344,7 @@ def recentre(run, config: CoRPConfig, round_index: int, support, probe) -> bool:
     accepted = False
     if gate_passed:
         line = None
+        state["perturbations"] += len(config.line_search)
         for alpha in config.line_search:
             probe_rewards = score(alpha * eta * direction, basis, probe)
             if line is None or probe_rewards.mean() > line[0].mean():
@@ -362,7 +374,7 @@ def train(config: CoRPConfig, run) -> dict:
     probe = train_slice(run, config.support_size, config.probe_size, "probe set")
     for step in run.steps(config.population + 1 + config.rounds):
         if step < config.population:
-            discover(run, step, config.population, config.sigmas, support, config.noise)
+            discover(run, step, config.population, config.sigmas, support, config.noise, config.score)
         elif step == config.population:
             collapse(run, config, support, probe)
         elif recentre(run, config, step - config.population, support, probe):

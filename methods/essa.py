@@ -2,7 +2,7 @@
 
 Algorithm (METHODS.md section 1; no official code exists):
 
-    Stage "sft" (the warm start, reported separately):
+    Stage "sft" (the warm start, reported separately; methods/sft.py, also run alone as the `sft` control):
         add a LoRA adapter (A: r x k, B: d x r, scale alpha / r) to every target layer
         for t = 1..sft_steps: AdamW step on the cross-entropy of SFT targets (a batch of them)
     Stage "search" (inference only):
@@ -18,13 +18,8 @@ Algorithm (METHODS.md section 1; no official code exists):
 Rollouts per generation: lambda |B|, each one model query; no backward pass after the warm start.
 
 Choices where METHODS.md marks the paper's detail [uncertain] (each a config field):
-- SFT targets: the task's reference solutions where the training split has them; otherwise the
-  model's own samples on the training problems (`self_samples` each, at `self_temperature`) that
-  the task's verifier accepts (rejection sampling). Never test items. If none is accepted the run
-  stops with an error saying so: a search from an adapter that was never warm-started is not
-  ESSA, and must be asked for explicitly (`sft_steps: 0`).
-- LoRA rank 16 on all seven projections (METHODS.md's dimension example), alpha = 2r, no dropout;
-  SFT recipe (AdamW, lr 2e-4, batch 16, 500 steps) is a common LoRA recipe, not the paper's.
+- The warm start's SFT targets, LoRA and SFT recipe: methods/sft.py, whose settings ESSAConfig
+  extends, so that the `sft` control runs exactly this stage.
 - Decomposition: A and B separately (the literal reading), or `decompose: product`, the SVD of
   the update BA (r values per layer; lora_B is rewritten so that BA = U diag(s) V^T, lora_A kept).
   All r singular values are searched (`fraction` < 1 searches only the largest ones).
@@ -44,44 +39,22 @@ on every worker, only the 4 lambda bytes of fitnesses would travel.)
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import cma
 import numpy as np
-import torch
 
 from evals.tasks.base import Problem
 from harness import spaces
-from harness.errors import NogradError
 from methods import register
-
-PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from methods.sft import SFTConfig, add_adapter, warm_start
 
 
 @dataclass
-class ESSAConfig:
-    """ESSA's settings; the paper's values were not retrieved, so each default is a stated choice (module docstring)."""
+class ESSAConfig(SFTConfig):
+    """ESSA's settings: the warm start's (SFTConfig) and the search's; the paper's values were not retrieved, so each default is a stated choice (module docstring)."""
 
-    lora_rank: int = 16
-    """LoRA rank r of the warm-started adapter."""
-    lora_alpha: float = 32.0
-    """LoRA alpha: the adapter's update BA is scaled by alpha / r."""
-    target_modules: list[str] = field(default_factory=lambda: list(PROJECTIONS))
-    """Linear layers given an adapter (names as in the model's modules)."""
-    sft_steps: int = 500
-    """AdamW steps of the SFT warm start; 0 searches from the untrained adapter (B = 0)."""
-    sft_batch_size: int = 16
-    """SFT targets per warm-start step."""
-    sft_lr: float = 2e-4
-    """AdamW learning rate of the warm start."""
-    sft_weight_decay: float = 0.0
-    """AdamW weight decay of the warm start."""
-    self_samples: int = 4
-    """Without reference solutions: samples per training problem; the verified-correct ones are the SFT targets."""
-    self_temperature: float = 0.7
-    """Sampling temperature of those samples."""
     decompose: Literal["each", "product"] = "each"
     """'each': SVDs of lora_A and lora_B (2r values per layer); 'product': the SVD of their product BA (r values)."""
     fraction: float = 1.0
@@ -98,42 +71,6 @@ class ESSAConfig:
     """Output adapter: the CMA-ES mean after the last generation, or the best candidate scored."""
     population_batch: bool = True
     """Score all candidates in one batch, each row with its candidate's adapter; false: one candidate after another."""
-
-
-def sft_targets(config: ESSAConfig, run) -> list[Problem]:
-    """Reference solutions of the training problems, or else the model's own verified samples."""
-    with_solution = [p for p in run.train if p.solution]
-    if with_solution:
-        return with_solution
-    if "sft_targets" not in run.state:
-        completions, _ = run.rollout(run.train, n=config.self_samples, temperature=config.self_temperature)
-        run.state["sft_targets"] = [dataclasses.replace(p, solution=c.text) for p, row in zip(run.train, completions)
-                                    for c in row if run.task.is_correct(p, c.text)]
-    if not run.state["sft_targets"]:
-        raise NogradError(
-            f"essa on {run.task.name}: the training split has no reference solutions and none of the model's "
-            f"{config.self_samples} samples on each of {len(run.train)} training problems was correct, so there "
-            "is nothing to warm-start on (set sft_steps: 0 to search from an untrained adapter)"
-        )
-    return run.state["sft_targets"]
-
-
-def warm_start(config: ESSAConfig, run) -> None:
-    """Supervised fine-tuning of the LoRA adapter with AdamW (optimizer state kept for a resume)."""
-    if config.sft_steps == 0:
-        return
-    targets = sft_targets(config, run)
-    optimizer = torch.optim.AdamW(spaces.lora(run.model), lr=config.sft_lr, weight_decay=config.sft_weight_decay)
-    if "sft_optimizer" in run.state:
-        optimizer.load_state_dict(run.state["sft_optimizer"])
-    for _ in run.steps(config.sft_steps):
-        picks = run.rng.choice(len(targets), size=min(config.sft_batch_size, len(targets)), replace=False)
-        loss = run.loss([targets[i] for i in picks], grad=True).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        run.state["sft_optimizer"] = optimizer.state_dict()
-        run.log(loss=loss.item())
 
 
 def new_search(x0: np.ndarray, config: ESSAConfig, seed: int) -> cma.CMAEvolutionStrategy:
@@ -177,11 +114,7 @@ def scorer(config: ESSAConfig, run, space: spaces.SingularValues, batch: list[Pr
 
 @register("essa", config=ESSAConfig, paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)")
 def train(config: ESSAConfig, run) -> dict:
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=config.target_modules,
-                      lora_dropout=0.0)
-    run.model = get_peft_model(run.model, lora)
+    add_adapter(config, run)
     with run.stage("sft"):
         warm_start(config, run)
     with run.stage("search"):

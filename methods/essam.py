@@ -20,14 +20,16 @@ ESSAM, (K + N) |B| for ESSAM-F; logged as `rollouts`, with the mean reward of th
 theta (`reward`) and of the one at theta_adv (`adversarial_reward`).
 
 Choices, stated because the benchmark runs every method under the same conditions:
-- Reward: the harness's `run.reward` (correctness plus the configured format term) on the task's
-  own prompt, not ESSAM's `<think>` prompt and think-tag format reward.
+- Reward: the harness's `run.reward`, correctness plus `reward.format_weight` (0.1, ESSAM's weight)
+  times the task's format term, on the task's own prompt, not ESSAM's `<think>` prompt and
+  think-tag format reward.
 - Batch: each step draws `batch_size` problems with `run.batch` (without replacement within the
   step). The paper walks reshuffled chunks of 200 through the training set for 40 epochs; the
   default `steps` (1520 = 40 epochs x 38 chunks of the 7,473 GSM8K problems) keeps its number of
   generations, but across steps problems are drawn independently rather than epoch by epoch.
-- Noise: independent per tensor by default; `noise: shared` re-seeds every tensor with the same
-  seed, as the ESSAM code does. `antithetic: true` evaluates pairs +-eps (not in the paper).
+- Noise: `noise: shared` (the default) re-seeds every tensor with the same seed, as the ESSAM code
+  does; `noise: iid`, independent per tensor, is an ablation. `antithetic: true` evaluates pairs
+  +-eps (not in the paper).
 - The code's extra greedy evaluations of the batch around the update (ESSAM after it, ESSAM-F
   before it) only feed its logs and are not run; the harness evaluates the trained model.
 - Restoring: a member is scored inside `perturbed` (below fp32 the weights come back bit for
@@ -72,8 +74,8 @@ class ESSAMConfig:
     """Learning rate alpha of theta <- theta + (alpha / N) sum_j z'_j eps'_j (sigma absorbed)."""
     rho: float = 1e-4
     """SAM ascent scale: theta_adv = theta - (rho / N) sum_i z_i eps_i, not normalised."""
-    noise: Literal["iid", "shared"] = "iid"
-    """Noise across tensors: independent per tensor, or one seed re-used for every tensor (the ESSAM code)."""
+    noise: Literal["iid", "shared"] = "shared"
+    """Noise across tensors: one seed re-used for every tensor (the ESSAM code), or independent per tensor."""
     antithetic: bool = False
     """Evaluate antithetic pairs theta +- sigma eps (not in the paper); populations must then be even."""
 

@@ -7,7 +7,7 @@ Algorithm (`run_sampling`, the selection in `main`, `run_ensemble_evaluation`):
     draw N distinct seeds s_i and, per seed, sigma_i uniformly from a grid
     for i = 1..N:
         theta <- theta_0 + sigma_i eps(s_i)                (in place)
-        r_i = mean reward of greedy rollouts on the support set S
+        r_i = mean correctness of greedy rollouts on the support set S
         theta <- theta - sigma_i eps(s_i)                  (restore)
     keep the K members with the highest r_i (ties: the member evaluated first), best first
     answer each test question by majority vote over the K members' greedy answers
@@ -16,6 +16,10 @@ The centre never moves. The output is the ensemble of K seed-list members, which
 runs one at a time and votes (K inference passes per answer). The support set is the first
 `support_size` problems of the run's training split, as RandOpt takes the first
 `train_samples` items of the train file.
+
+As in the code, every tensor is re-seeded with the member's seed (`noise: shared`) and a member
+is scored by correctness alone (`score: correctness`); `noise: iid` and `score: reward` (the
+harness's training reward, correctness plus its format term) are ablations.
 
 Stage 0 of CoRP (`methods/corp.py`) is this discovery loop: `discover` and `rewards_at` are
 shared with it.
@@ -47,8 +51,10 @@ class RandOptConfig:
     """Ensemble size K: the best K members vote (1% of N = 50 in the paper)."""
     support_size: int = 200
     """Support problems: the first support_size training problems, scored with greedy decoding."""
-    noise: Literal["iid", "shared"] = "iid"
-    """Noise across tensors: independent per tensor, or one seed re-used for every tensor (RandOpt's code)."""
+    noise: Literal["iid", "shared"] = "shared"
+    """Noise across tensors: one seed re-used for every tensor (RandOpt's code), or independent per tensor."""
+    score: Literal["correctness", "reward"] = "correctness"
+    """A member's support score: mean correctness (RandOpt's code), or the training reward with its format term (reward.format_weight)."""
 
 
 def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
@@ -59,14 +65,16 @@ def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
     return run.train[start : start + size]
 
 
-def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode) -> np.ndarray:
-    """Greedy-rollout reward per problem of theta + sum_j c_j eps(s_j); theta is restored after."""
+def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode,
+               score: str) -> np.ndarray:
+    """Greedy-rollout score per problem (`score`: correctness or reward) of theta + sum_j c_j eps(s_j);
+    theta is restored after."""
     with perturbed(trainable(run.model), terms, noise):
-        return run.rollout(problems)[1][:, 0]
+        return run.rollout(problems, score=score)[1][:, 0]
 
 
 def discover(run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],
-             noise: NoiseMode) -> None:
+             noise: NoiseMode, score: str) -> None:
     """Score member `step` of the seeded population on the support set (RandOpt; CoRP's stage 0).
 
     The members are drawn at step 0 and kept in `run.state` with their rewards, so a resumed run
@@ -77,7 +85,7 @@ def discover(run, step: int, population: int, sigmas: Sequence[float], support: 
         run.state["members"] = list(zip(seeds.tolist(), run.rng.choice(sigmas, size=population).tolist()))
         run.state["rewards"] = []
     seed, sigma = run.state["members"][step]
-    reward = float(rewards_at(run, [(seed, sigma)], support, noise).mean())
+    reward = float(rewards_at(run, [(seed, sigma)], support, noise, score).mean())
     run.state["rewards"].append(reward)
     run.log(reward=reward, sigma=sigma, perturbations=step + 1)
 
@@ -94,7 +102,7 @@ def select(rewards: Sequence[float], k: int) -> list[int]:
 def train(config: RandOptConfig, run) -> dict:
     support = train_slice(run, 0, config.support_size, "support set")
     for step in run.steps(config.population):
-        discover(run, step, config.population, config.sigmas, support, config.noise)
+        discover(run, step, config.population, config.sigmas, support, config.noise, config.score)
     members, rewards = run.state["members"], run.state["rewards"]
     best = select(rewards, config.top_k)
     run.log(perturbations=len(rewards), members=len(best), support_reward=float(np.mean([rewards[i] for i in best])))

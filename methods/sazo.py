@@ -20,6 +20,7 @@ Algorithm (MeZO's step, methods.mezo, with an adaptive batch and importance weig
         g = (1/|B|) sum_{j in B} d_j / (N p_j)        (unbiased: E_B[g] = (1/N) sum_j d_j, MeZO's target)
         theta <- theta - lr (g z + wd theta)
         s_j <- rho s_j + (1 - rho) d_j^2 for j in B   (E_z[(grad l_j . z)^2] = ||grad l_j||^2)
+        every eval_every steps, at t = 0 and after t = T: heldout_loss = L(theta; D_dev)   (MeZO's)
 
 The variance-optimal sampling law is p_j proportional to ||grad l_j||; sqrt(s_j) estimates it from
 the d_j MeZO computes anyway, so a step costs exactly MeZO's 2 |B| forward passes.
@@ -44,6 +45,10 @@ Choices where the abstract is silent:
   training loss (MeZO's uniform mean is its beta = 0 case), so loss against `forward_passes`
   compares SAZO and MeZO; `sampling_entropy` (nats, of p; log N when uniform);
   `max_importance_weight` (max_j 1 / (N p_j) over the whole data set); `share_visited`.
+- The claim's fair yardstick: the importance-weighted `loss` is measured on SAZO's own batches,
+  MeZO's on uniform ones; `heldout_loss` (methods.mezo) is the same held-out problems under the
+  same evaluation for both, against the same training queries (`forward_equivalents`). N counts
+  the training problems left after the held-out set is removed.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ import torch
 from harness.errors import NogradError
 from harness.perturb import trainable
 from methods import register
-from methods.mezo import MeZOConfig, batch_objective, zo_step, zo_update
+from methods.mezo import MeZOConfig, batch_objective, heldout_curve, zo_step, zo_update
 
 
 @dataclass
@@ -119,6 +124,7 @@ def train(config: SAZOConfig, run) -> dict:
         raise NogradError(f"methods.sazo: beta ({config.beta}) and rho ({config.rho}) must lie in [0, 1)")
     if config.s0 is not None and config.s0 < 0:
         raise NogradError(f"methods.sazo: s0 ({config.s0}) is a mean square and cannot be negative")
+    heldout = heldout_curve(config, run)
     n = len(run.train)
     size = min(config.batch_size, n)
     if config.s0 is None:
@@ -132,7 +138,7 @@ def train(config: SAZOConfig, run) -> dict:
     # Everything carried from step to step lives in run.state, which every checkpoint saves.
     run.state.update(scores=np.full(n, np.nan if config.s0 is None else config.s0), visited=np.zeros(n, bool),
                      warmup_d2=0.0, warmup_count=0)
-    for step in run.steps(config.steps):
+    for step in run.steps(config.steps, heldout, config.eval_every):
         state = run.state  # read every step: a resume replaces run.state with the checkpoint's
         scores, visited = state["scores"], state["visited"]
         if step == warmup and config.s0 is None:

@@ -15,8 +15,9 @@ class SyntheticRun:
     """Problem j (an integer) is solved when the parameters have moved along a hidden unit
     direction u by more than its threshold tau_j: reward_j(theta) = 1[<theta - theta_0, u> > tau_j].
 
-    `rollout` returns these 0/1 rewards for the current parameters; `train`, `rng`, `state`,
-    `steps`, `log` and the artifact helpers behave as the real run's (no checkpoints)."""
+    `rollout` returns these 0/1 rewards for the current parameters and keeps, in `scores`, what
+    each call asked for (`score`: reward or correctness); `train`, `rng`, `state`, `steps`, `log`
+    and the artifact helpers behave as the real run's (no checkpoints)."""
 
     method = "synthetic"
 
@@ -36,6 +37,7 @@ class SyntheticRun:
         self.state: dict = {}
         self.history: list[dict] = []
         self.rollouts = 0
+        self.scores: list[str] = []
         self._step = 0
 
     seeds_artifact = staticmethod(Run.seeds_artifact)
@@ -49,8 +51,9 @@ class SyntheticRun:
         along = float(self.displacement() @ self.direction)
         return np.array([float(along > self.thresholds[j]) for j in problems])
 
-    def rollout(self, problems, n: int = 1, temperature: float = 0.0):
+    def rollout(self, problems, n: int = 1, temperature: float = 0.0, score: str = "reward"):
         self.rollouts += 1
+        self.scores.append(score)
         return None, np.repeat(self.rewards(problems)[:, None], n, axis=1)
 
     def steps(self, total: int):

@@ -1,7 +1,8 @@
 """ESSA: the singular-value space against hand-checkable identities, CMA-ES over it on a function
 of s known in closed form, and the tiny model through the harness: the SFT warm start lowers
-the training loss and is reported as its own stage, the search adds no backward pass, the
-adapter evaluates, and the same seed gives the same adapter, also after a resume."""
+the training loss and is reported as its own stage, its self-sampling is metered, the `sft`
+control is that stage exactly, the search adds no backward pass, the adapter evaluates, and the
+same seed gives the same adapter, also after a resume."""
 
 import dataclasses
 import pickle
@@ -19,7 +20,9 @@ from evals import evaluate as evaluation
 from harness import meters, models, spaces, training
 from harness.errors import NogradError
 from harness.outputs import read_json
+from methods import METHODS
 from methods.essa import ESSAConfig, generation, new_search
+from methods.sft import SFTConfig
 from conftest import killed_at_step
 
 
@@ -167,12 +170,15 @@ def essa(workdir):
     directly, so the test does not depend on config/schema.yaml having been regenerated."""
     common = dict(data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"))
 
-    def run_config(settings):
-        return dataclasses.replace(workdir.config, methods={"essa": ESSAConfig(**{**SETTINGS, **settings})})
+    def run_config(settings, method="essa"):
+        merged = {**SETTINGS, **settings}
+        if method == "sft":  # the warm-start settings only, as config.yaml gives them to both
+            merged = {f.name: merged[f.name] for f in dataclasses.fields(SFTConfig) if f.name in merged}
+        return dataclasses.replace(workdir.config, methods={method: METHODS[method].config(**merged)})
 
-    def train(out="results/train/essa/gsm8k/seed0/artifact.json", **settings):
-        training.train(run_config(settings), "essa", "gsm8k", 0, model_manifest=Path("results/model/manifest.json"),
-                       out=Path(out), **common)
+    def train(out="results/train/essa/gsm8k/seed0/artifact.json", method="essa", **settings):
+        training.train(run_config(settings, method), method, "gsm8k", 0,
+                       model_manifest=Path("results/model/manifest.json"), out=Path(out), **common)
         return Path(out)
 
     def evaluate(artifact):
@@ -215,11 +221,18 @@ def test_without_solutions_the_model_own_correct_samples_are_the_targets(essa, m
         essa.train(self_samples=2, generations=0)
     shutil.rmtree("results/work")
     task = training.get_task("gsm8k")
-    monkeypatch.setattr(type(task), "is_correct", lambda self, problem, text: problem.id == problems[0].id)
+    verified = []
+
+    def is_correct(self, problem, text):
+        verified.append(problem.id)
+        return problem.id == problems[0].id
+
+    monkeypatch.setattr(type(task), "is_correct", is_correct)
     artifact = essa.train(self_samples=2, generations=0)
     stages = read_json(artifact.parent / "metrics.json")["stages"]
     assert stages["sft"]["sequences_generated"] == 8 * 2, "2 samples per training problem, in the SFT stage"
     assert stages["sft"]["backward_passes"] == 3 * 2, "SFT batches are the 2 accepted samples of problem 0"
+    assert len(verified) == stages["sft"]["reward_calls"] == 8 * 2, "each sample verified once, as a metered reward call"
 
 
 def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypatch):
@@ -240,3 +253,30 @@ def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypa
     for stage in ("sft", "search"):
         for meter in ("backward_passes", "sequences_generated", "forward_passes"):
             assert first["stages"][stage][meter] == second["stages"][stage][meter], (stage, meter)
+
+
+def test_sft_is_essa_warm_start_alone(essa, monkeypatch):
+    """The `sft` control, given ESSA's warm-start settings and seed, ends with the adapter ESSA has
+    at the end of its SFT stage (read where the search begins), bit for bit, at the same cost."""
+    from peft import get_peft_model_state_dict
+
+    warm, singular_values = {}, spaces.SingularValues
+
+    def at_search_start(model, *args):
+        warm.update({k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()})
+        return singular_values(model, *args)
+
+    monkeypatch.setattr(spaces, "SingularValues", at_search_start)
+    searched = adapter(essa.train("results/essa/artifact.json"))
+    monkeypatch.setattr(spaces, "SingularValues", singular_values)
+    control = essa.train("results/sft/artifact.json", method="sft")
+    alone = adapter(control)
+    assert read_json(control)["kind"] == "adapter"
+    assert alone.keys() == warm.keys() and all(torch.equal(alone[k], warm[k]) for k in warm)
+    assert all(warm[k].abs().max() > 0 for k in warm if "lora_B" in k), "the warm start trained B away from 0"
+    assert any(not torch.equal(searched[k], warm[k]) for k in warm), "ESSA's search moved on from its warm start"
+    essa_run, sft_run = (read_json(Path(f"results/{m}/metrics.json")) for m in ("essa", "sft"))
+    assert list(sft_run["stages"]) == ["sft"]
+    for meter in ("forward_passes", "backward_passes", "tokens_processed", "reward_calls"):
+        assert sft_run["stages"]["sft"][meter] == essa_run["stages"]["sft"][meter], meter
+    assert [h["loss"] for h in sft_run["history"]] == [h["loss"] for h in essa_run["history"][:3]]

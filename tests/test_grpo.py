@@ -101,6 +101,8 @@ def test_a_kl_penalty_meters_the_reference_passes_full_and_lora(workdir, lora_ra
     meters = train_metrics(artifact)["meters"]
     assert meters["forward_passes"] == 3 * P * G, "generation, reference log-probs and loss forward; no recompute"
     assert meters["backward_passes"] == P * G
+    assert meters["recompute_passes"] == P * G, "gradient checkpointing: the backward re-ran the loss forward"
+    assert meters["forward_equivalents"] == 3 * P * G + P * G + 2 * P * G
     assert "kl" in mlflow.MlflowClient().get_run(read_json(artifact)["run_id"]).data.metrics
     spec = read_json(artifact)
     assert spec["kind"] == ("adapter" if lora_rank else "model")

@@ -30,7 +30,7 @@ def test_every_method_config_field_is_documented_and_paper_yaml_holds_the_defaul
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo"),
+        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo, randopt, sazo, sft)"),
         ({"tasks": {"gsm9k": {}}}, "unknown key 'gsm9k' in tasks (valid: code, gsm8k, math)"),
         ({"methods": {"mezo": {"lrr": 1}}}, "unknown key 'lrr' in methods.mezo (valid: batch_size, eps"),
         ({"methods": {"mezo": {"lr": "fast"}}}, "methods.mezo.lr: 'fast' is not of type 'number'"),
@@ -112,3 +112,50 @@ def test_meters_count_forward_backward_and_generation(tiny_model_dir):
     assert snap["forward_equivalents"] == 10 + 2 * 3
     assert snap["time_generate_s"] > 0 and snap["peak_memory_mb"] > 0
     assert meters.of(model) is meter
+
+
+@pytest.mark.parametrize("checkpointing", [None, {"use_reentrant": False}, {"use_reentrant": True}],
+                         ids=["plain", "checkpointed", "checkpointed-reentrant"])
+def test_a_checkpointed_backward_counts_the_forward_it_recomputes(tiny_model_dir, checkpointing):
+    """Under gradient checkpointing a backward runs each decoder layer's forward again: a loss
+    backward over 3 sequences counts 3 recompute passes (2 layers x 3 sequences recomputed), and
+    forward_equivalents includes them; without checkpointing, and during the forward, none."""
+    model, _ = models.load(tiny_model_dir)
+    meter = meters.Meters()
+    meter.attach(model)
+    model.train()
+    if checkpointing is not None:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
+    ids = torch.randint(0, 100, (3, 10))
+    loss = model(input_ids=ids, labels=ids).loss
+    assert meter.snapshot()["recompute_passes"] == 0, "the forward is not a recompute"
+    loss.backward()
+    snap = meter.snapshot()
+    recomputed = 0 if checkpointing is None else 3
+    assert snap["recompute_passes"] == recomputed and snap["recomputed_layers"] == 2 * recomputed
+    assert snap["forward_passes"] == 3 and snap["backward_passes"] == 3
+    assert snap["forward_equivalents"] == 3 + recomputed + 2 * 3
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert meter.snapshot()["recompute_passes"] == recomputed, "a no-grad forward in training mode recomputes nothing"
+
+
+def test_rollout_scores_the_reward_or_correctness_alone_each_a_counted_reward_call(workdir, monkeypatch):
+    """`score="correctness"` drops the format term (reward.format_weight = 0.1 here) and is still
+    metered: every completion scored either way is one reward call."""
+    from pathlib import Path
+
+    from harness import training
+    from harness.outputs import read_json
+
+    run = training.Run(workdir.config, "mezo", "gsm8k", 0, read_json(Path("results/model/manifest.json")),
+                       Path("results/data/gsm8k"), Path("results/out"), Path("results/work"))
+    first = run.train[0].id
+    monkeypatch.setattr(type(run.task), "is_correct", lambda self, problem, text: problem.id == first)
+    monkeypatch.setattr(type(run.task), "has_format", lambda self, text: True)
+    problems = run.train[:3]
+    _, reward = run.rollout(problems, n=2)
+    _, correct = run.rollout(problems, n=2, score="correctness")
+    assert correct.tolist() == [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    assert torch.allclose(torch.as_tensor(reward), torch.tensor([[1.1, 1.1], [0.1, 0.1], [0.1, 0.1]], dtype=torch.float64))
+    assert run.meters.counts["reward_calls"] == 2 * 3 * 2

@@ -1,7 +1,12 @@
 """MeZO's update rule against hand computations on a quadratic objective, where the two-point
-estimate is exact, and the seeded-noise engine it stands on."""
+estimate is exact, and the seeded-noise engine it stands on; on the tiny model, the held-out
+loss curve and what it costs."""
 
+import pytest
 import torch
+
+from harness import training
+from harness.outputs import read_json
 
 from harness.perturb import combine_, noise, perturb_
 from methods.mezo import zo_step, zo_update
@@ -98,3 +103,35 @@ def test_combine_equals_sequential_perturbations():
     perturb_(params, 2, 0.25)
     assert torch.allclose(flat(), theta, atol=1e-12)
     assert not torch.allclose(combined, theta)
+
+
+HELDOUT = {"steps": 4, "batch_size": 2, "lr": 1e-3, "eval_every": 3, "heldout_size": 2}
+
+
+@pytest.mark.parametrize("workdir", [("mezo", HELDOUT)], indirect=True, ids=["mezo"])
+def test_heldout_loss_from_step_0_to_the_end_on_fixed_unseen_problems_costs_no_training_query(workdir, monkeypatch):
+    """Held-out losses at steps 0 (before the first update), 3 and 4 (after the last), each on the
+    same 2 problems, none of which is ever trained on; their forward passes are counted apart, so
+    the training meters are MeZO's 2 passes over a batch of 2 per step, and each held-out row
+    carries the training queries spent to reach the weights it evaluated."""
+    calls = []  # (problem ids, inside a held-out evaluation), in order
+    loss = training.Run.loss
+
+    def recording(self, problems, grad=False):
+        calls.append(({p.id for p in problems}, self.meters._active_phase == "heldout"))
+        return loss(self, problems, grad)
+
+    monkeypatch.setattr(training.Run, "loss", recording)
+    result = read_json(workdir.train().parent / "metrics.json")
+    meters, history = result["meters"], result["history"]
+    assert meters["forward_passes"] == meters["forward_equivalents"] == 2 * 2 * 4
+    assert meters["heldout_forward_passes"] == 3 * 2 and meters["heldout_tokens_processed"] > 0
+    points = [h for h in history if "heldout_loss" in h]
+    assert [h["step"] for h in points] == [0, 3, 4] and not any("loss" in h for h in points)
+    assert [h["forward_passes"] for h in points] == [0, 2 * 2 * 3, 2 * 2 * 4]
+    assert [h["step"] for h in history if "loss" in h] == [0, 1, 2, 3]
+    assert points[0]["heldout_loss"] != points[-1]["heldout_loss"], "training moved the held-out loss"
+    heldout = [ids for ids, held in calls if held]
+    trained = set().union(*(ids for ids, held in calls if not held))
+    assert calls[0][1] and len(heldout) == 3 and len(heldout[0]) == 2 and heldout[0] == heldout[1] == heldout[2]
+    assert not heldout[0] & trained and len(trained) > 2

@@ -37,7 +37,8 @@ def test_same_seed_same_model_and_an_interrupted_run_resumes_to_it(workdir, monk
     assert (work / "checkpoint" / "state.pt").exists()
     resumed = prepared("results/c/artifact.json")
     history = read_json(resumed.parent / "metrics.json")["history"]
-    assert [h["step"] for h in history] == [0, 1, 2, 3]
+    assert [h["step"] for h in history if "loss" in h] == [0, 1, 2, 3]
+    assert [h["step"] for h in history if "heldout_loss" in h] == [0, 4], "held-out losses at the start and the end"
     assert all(torch.equal(reference[k], weights(resumed)[k]) for k in reference), "resume changed the result"
 
 
@@ -70,7 +71,7 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
     result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
     assert result.returncode != 0
-    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo" in result.stderr + result.stdout
+    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo, randopt, sazo, sft)" in result.stderr + result.stdout
 
 
 def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
@@ -136,6 +137,8 @@ GRADIENT_FREE = {
              "line_search": [1.0]},
     "essa": {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
              "sft_batch_size": 2, "generations": 2, "population_size": 2, "batch_size": 1},
+    "sft": {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
+            "sft_batch_size": 2},
 }
 
 
@@ -147,12 +150,12 @@ def test_every_gradient_free_method_through_the_dag(tmp_path, tiny_model_dir):
     assert result.returncode == 0, result.stderr[-4000:]
     summary = read_json(tmp_path / "results" / "summary.json")
     passes = {r["method"]: r["inference_passes"] for r in summary["results"]}
-    assert passes == {"sazo": 1, "essam": 1, "essam_f": 1, "randopt": 2, "corp": 1, "essa": 1}
+    assert passes == {"sazo": 1, "essam": 1, "essam_f": 1, "randopt": 2, "corp": 1, "essa": 1, "sft": 1}
     for r in summary["results"]:
         assert r["cost"]["train"]["forward_passes"] > 0, r["method"]
-        assert (r["cost"]["train"]["backward_passes"] > 0) == (r["method"] == "essa"), "only ESSA's SFT backprops"
+        assert (r["cost"]["train"]["backward_passes"] > 0) == (r["method"] in ("essa", "sft")), "only the SFT backprops"
     report = (tmp_path / "results" / "report" / "report.md").read_text()
-    for name in ("SAZO", "ESSAM", "ESSAM-F", "RandOpt", "CoRP", "ESSA"):
+    for name in ("SAZO", "ESSAM", "ESSAM-F", "RandOpt", "CoRP", "ESSA", "SFT (ESSA's warm start)"):
         assert f"| {name} " in report
     checks = {c["method"]: c for c in summary["crosschecks"]}
     assert set(checks) == set(GRADIENT_FREE)

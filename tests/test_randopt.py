@@ -25,9 +25,9 @@ def test_top_k_best_first_ties_to_the_earlier_member():
     assert select([0.3, 0.7], 5) == [1, 0], "K above N keeps every member"
 
 
-def closed_form_reward(run: SyntheticRun, seed: int, sigma: float, problems) -> float:
+def closed_form_reward(run: SyntheticRun, seed: int, sigma: float, problems, mode: str) -> float:
     """Mean over problems of 1[<sigma eps(seed), u> > tau_j], with eps regenerated tensor by tensor."""
-    eps = torch.cat([noise(p, seed, i).double().reshape(-1) for i, p in enumerate(trainable(run.model))])
+    eps = torch.cat([noise(p, seed, i, mode).double().reshape(-1) for i, p in enumerate(trainable(run.model))])
     along = sigma * float(eps @ run.direction)
     return float(np.mean([along > run.thresholds[j] for j in problems]))
 
@@ -36,11 +36,11 @@ def test_discovery_scores_each_seeded_member_at_its_sigma_and_restores():
     run = SyntheticRun(thresholds=np.linspace(-0.05, 0.05, 8))
     sigmas = [0.01, 0.02, 0.05]
     for step in run.steps(10):
-        discover(run, step, 10, sigmas, run.train, "iid")
+        discover(run, step, 10, sigmas, run.train, "iid", "correctness")
     members, rewards = run.state["members"], run.state["rewards"]
     assert len({seed for seed, _ in members}) == 10, "seeds are distinct"
     assert {sigma for _, sigma in members} <= set(sigmas)
-    expected = [closed_form_reward(run, seed, sigma, run.train) for seed, sigma in members]
+    expected = [closed_form_reward(run, seed, sigma, run.train, "iid") for seed, sigma in members]
     assert rewards == pytest.approx(expected)
     assert len(set(rewards)) > 2, "the test problem should separate the members"
     assert [h["perturbations"] for h in run.history] == list(range(1, 11))
@@ -50,15 +50,20 @@ def test_discovery_scores_each_seeded_member_at_its_sigma_and_restores():
     assert run.rollouts == 10, "one greedy rollout of the support set per member"
 
 
-def test_ensemble_is_the_top_k_members_as_seed_lists():
+@pytest.mark.parametrize("score", ["correctness", "reward"])
+def test_ensemble_is_the_top_k_members_as_seed_lists(score):
+    """At the paper's defaults (shared noise) the members are the shared-noise models; every
+    support rollout asks the harness for the configured score."""
     run = SyntheticRun(thresholds=np.linspace(-0.05, 0.05, 8))
-    config = RandOptConfig(population=12, sigmas=[0.01, 0.03], top_k=3, support_size=6)
+    config = RandOptConfig(population=12, sigmas=[0.01, 0.03], top_k=3, support_size=6, score=score)
     artifact = randopt(config, run)
     members, rewards = run.state["members"], run.state["rewards"]
-    expected = sorted(range(12), key=lambda i: -closed_form_reward(run, *members[i], run.train[:6]))[:3]
+    expected = sorted(range(12), key=lambda i: -closed_form_reward(run, *members[i], run.train[:6], "shared"))[:3]
+    assert rewards == [closed_form_reward(run, *member, run.train[:6], "shared") for member in members]
     assert artifact["kind"] == "ensemble" and len(artifact["members"]) == 3
     assert [m["terms"] for m in artifact["members"]] == [[list(members[i])] for i in expected]
-    assert all(m["kind"] == "seeds" and m["mode"] == "iid" for m in artifact["members"])
+    assert all(m["kind"] == "seeds" and m["mode"] == "shared" for m in artifact["members"])
+    assert run.scores == [score] * 12
     assert run.history[-1]["support_reward"] == pytest.approx(np.mean([rewards[i] for i in expected]))
     assert run.history[-1]["perturbations"] == 12 and run.history[-1]["members"] == 3
     assert run.displacement().abs().max() < 1e-6

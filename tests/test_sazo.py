@@ -1,7 +1,8 @@
 """SAZO (a reconstruction: see methods/sazo.py) against hand computations: the sampling law, its
 importance weights and the EMA; unbiasedness of the weighted estimate over many draws; beta = 0
 and the warm-up as MeZO bit for bit; on the tiny model, the same forward passes as MeZO, the same
-seed giving the same weights, an interrupted run resuming to them, and train + evaluate."""
+held-out problems as MeZO, the same seed giving the same weights, an interrupted run resuming to
+them, and train + evaluate."""
 
 import dataclasses
 import itertools
@@ -148,7 +149,12 @@ class QuadraticRun:
         self.calls.append((picks, self.losses()[picks]))
         return self.calls[-1][1]
 
-    def steps(self, total):
+    def hold_out(self, size):
+        """No held-out set here: these runs test the update rule (the held-out curve is the harness's,
+        tested on the tiny model)."""
+        return []
+
+    def steps(self, total, evaluate=None, eval_every=0):
         return iter(range(total))
 
     def log(self, **metrics):
@@ -261,31 +267,48 @@ def jobs(tmp_path, monkeypatch, tiny_model_dir):
     return SimpleNamespace(train=train, evaluate=evaluate)
 
 
-SETTINGS = dict(steps=4, batch_size=2, lr=1e-3, eps=1e-3)  # 8 problems: the default warm-up is all 4 steps
+SETTINGS = dict(steps=4, batch_size=2, lr=1e-3, eps=1e-3, eval_every=2, heldout_size=2)
+"""8 problems, 2 held out: 6 train, the default warm-up is 3 steps; held-out losses at steps 0, 2 and 4."""
 
 
 def weights(artifact: Path) -> dict:
     return load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
 
 
-def test_same_forward_passes_as_mezo_the_sampler_logged_and_the_model_evaluated(jobs):
+def test_same_forward_passes_and_heldout_problems_as_mezo_the_sampler_logged_and_the_model_evaluated(
+        jobs, monkeypatch):
     """Zero extra model calls: equal steps and batch give SAZO exactly MeZO's 2 |B| forward passes
-    per step (16), read from the meters; the sampler's three diagnostics are logged every step;
-    the trained model goes through the evaluator."""
+    per step (16), read from the meters; the held-out curve is measured on MeZO's held-out
+    problems (so both start from the same held-out loss) and costs neither any training query;
+    the sampler's three diagnostics are logged every step; the trained model goes through the
+    evaluator."""
+    heldout = {}
+    heldout_loss = training.Run.heldout_loss
+
+    def recording(self, problems, batch_size):
+        heldout.setdefault(self.method, set()).update(p.id for p in problems)
+        return heldout_loss(self, problems, batch_size)
+
+    monkeypatch.setattr(training.Run, "heldout_loss", recording)
     artifacts = {m: jobs.train(m, f"results/{m}/artifact.json", **SETTINGS, **extra)
                  for m, extra in (("mezo", {}), ("sazo", {"warmup_steps": 1}))}
     runs = {m: read_json(a.parent / "metrics.json") for m, a in artifacts.items()}
     meters = {m: r["meters"] for m, r in runs.items()}
     assert meters["sazo"]["forward_passes"] == meters["mezo"]["forward_passes"] == 2 * 2 * 4
+    assert meters["sazo"]["heldout_forward_passes"] == meters["mezo"]["heldout_forward_passes"] == 3 * 2
     assert meters["sazo"]["backward_passes"] == meters["sazo"]["sequences_generated"] == 0
-    history = runs["sazo"]["history"]
+    assert len(heldout["sazo"]) == 2 and heldout["sazo"] == heldout["mezo"]
+    curves = {m: [(h["step"], h["heldout_loss"]) for h in r["history"] if "heldout_loss" in h] for m, r in runs.items()}
+    assert [step for step, _ in curves["sazo"]] == [step for step, _ in curves["mezo"]] == [0, 2, 4]
+    assert curves["sazo"][0] == curves["mezo"][0], "same problems, same untrained model"
+    history = [h for h in runs["sazo"]["history"] if "loss" in h]
     assert [h["step"] for h in history] == [0, 1, 2, 3]
     assert all(h["forward_passes"] == 4 * (h["step"] + 1) for h in history), "loss is logged against queries"
-    assert history[0]["max_importance_weight"] == 1 and history[0]["sampling_entropy"] == pytest.approx(np.log(8))
+    assert history[0]["max_importance_weight"] == 1 and history[0]["sampling_entropy"] == pytest.approx(np.log(6))
     for h in history[1:]:
-        assert 1 <= h["max_importance_weight"] <= 2 and h["sampling_entropy"] <= np.log(8) + 1e-12
+        assert 1 <= h["max_importance_weight"] <= 2 and h["sampling_entropy"] <= np.log(6) + 1e-12
     shares = [h["share_visited"] for h in history]
-    assert shares[0] == 2 / 8 and shares == sorted(shares) and all(s * 8 == int(s * 8) for s in shares)
+    assert shares[0] == 2 / 6 and shares == sorted(shares) and all(round(s * 6, 9) == int(round(s * 6)) for s in shares)
 
     result = jobs.evaluate("sazo", artifacts["sazo"], **SETTINGS, warmup_steps=1)
     assert result["method"] == "sazo" and result["inference_passes"] == 1 and result["problems"] == 2
@@ -305,5 +328,7 @@ def test_same_seed_same_weights_and_an_interrupted_run_resumes_to_them(jobs, mon
     resumed = jobs.train("sazo", "results/c/artifact.json", **settings)
     assert all(torch.equal(weights(reference)[k], weights(resumed)[k]) for k in weights(reference))
     first, second = (read_json(a.parent / "metrics.json")["history"] for a in (reference, resumed))
-    keys = ("loss", "projected_grad", "sampling_entropy", "max_importance_weight", "share_visited")
-    assert [[h[k] for k in keys] for h in first] == [[h[k] for k in keys] for h in second]
+    keys = ("step", "loss", "projected_grad", "sampling_entropy", "max_importance_weight", "share_visited",
+            "heldout_loss", "forward_passes")
+    assert [[h.get(k) for k in keys] for h in first] == [[h.get(k) for k in keys] for h in second]
+    assert [h["step"] for h in second if "heldout_loss" in h] == [0, 2, 4], "each held-out point once"
