@@ -36,9 +36,10 @@ CROSSCHECK_TASKS = [t for t in TASKS if t in LM_EVAL_TASKS] if CONFIG.evaluation
 NOGRAD = f"{sys.executable} -m harness.cli"
 
 
-def job_config(method=None, task=None, seed=None):
-    """The JSON config a job gets: its own method, task and seed, and the shared settings."""
-    return json.dumps(configuration.to_dict(configuration.for_run(CONFIG, method, task, seed)), sort_keys=True)
+def job_config(method=None, task=None, seed=None, report=False):
+    """The JSON config a job gets: its own method, task and seed, and the shared settings (the
+    report's own settings only where `report`)."""
+    return json.dumps(configuration.to_dict(configuration.for_run(CONFIG, method, task, seed, report)), sort_keys=True)
 
 
 wildcard_constraints:
@@ -179,7 +180,7 @@ rule collect:
         json="results/summary.json",
         csv="results/summary.csv",
     params:
-        config=lambda wc: job_config(),
+        config=lambda wc: job_config(report=True),
     log:
         "results/logs/collect.log",
     benchmark:

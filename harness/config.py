@@ -89,6 +89,14 @@ class TrainingConfig:
 
 
 @dataclass
+class ReportConfig:
+    """How the report decides its claim verdicts (reports/claims.py)."""
+
+    min_seeds: int = 3
+    """Training seeds each compared method needs before a claim gets a definite verdict (supported or not supported); with fewer it reads 'inconclusive at this scale', since one training run cannot show how much the next would differ."""
+
+
+@dataclass
 class Config:
     """One experiment: a model, tasks, methods and seeds, evaluated the same way."""
 
@@ -118,6 +126,8 @@ class Config:
     """Training reward settings, shared by all methods."""
     training: TrainingConfig = field(default_factory=TrainingConfig)
     """Harness settings of training runs, shared by all methods."""
+    report: ReportConfig = field(default_factory=ReportConfig)
+    """Settings of the report's claim checks."""
     tracking_uri: str = "sqlite:///results/mlflow.db"
     """MLflow tracking URI (SQLite; relative paths are relative to the working directory)."""
 
@@ -266,6 +276,7 @@ def validate(raw: dict, source: str = "config") -> Config:
     cfg.evaluation = EvaluationConfig(**raw.get("evaluation", {}))
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
+    cfg.report = ReportConfig(**raw.get("report", {}))
     if unrun := sorted(set(cfg.evaluation.samples_by_method) - set(cfg.methods)):
         raise NogradError(f"{source}: evaluation.samples_by_method names {', '.join(map(repr, unrun))}, which this "
                           f"config does not run (methods: {', '.join(cfg.methods)})")
@@ -294,12 +305,15 @@ def to_dict(cfg: Any) -> Any:
     return cfg
 
 
-def for_run(cfg: Config, method: str | None = None, task: str | None = None, seed: int | None = None) -> Config:
+def for_run(cfg: Config, method: str | None = None, task: str | None = None, seed: int | None = None,
+            report: bool = False) -> Config:
     """The part of a config one job depends on: its own method and task, and everything shared.
 
     Passing only this to a job keeps Snakemake from rerunning every job when an unrelated
     method's settings change, and gives each run a hash of exactly what it depends on. A
-    method's job sees its own number of evaluation samples as `evaluation.samples`.
+    method's job sees its own number of evaluation samples as `evaluation.samples`. The report's
+    settings reach only the job that writes the summary (`report=True`); every other job sees
+    their defaults, so changing a verdict rule retrains nothing.
     """
     ev = cfg.evaluation
     if method:
@@ -310,6 +324,7 @@ def for_run(cfg: Config, method: str | None = None, task: str | None = None, see
         tasks={task: cfg.tasks[task]} if task else cfg.tasks,
         methods={method: cfg.methods[method]} if method else cfg.methods,
         seeds=[seed] if seed is not None else cfg.seeds,
+        report=cfg.report if report else ReportConfig(),
     )
 
 

@@ -24,13 +24,18 @@ from reports.scores import read_completions
 
 MAX_HISTORY_POINTS = 1000
 """Training histories longer than this are binned to it in the summary: a bin keeps its last
-meter readings (counters, times) and the mean of each step metric (loss, reward)."""
+meter readings (counters, times) and running totals (RUNNING_TOTALS), and the mean of each
+other step metric (loss, reward)."""
+RUNNING_TOTALS = ("perturbations",)
+"""Step metrics a method logs as a running total (RandOpt's and CoRP's perturbations drawn): a
+bin's mean would undercount them, and the claim checks read the last one."""
 
 
 def thin(history: list[dict], meter_keys: set[str], points: int = MAX_HISTORY_POINTS) -> list[dict]:
     """At most `points` entries of a training history, in order, as MAX_HISTORY_POINTS says."""
     if len(history) <= points:
         return history
+    meter_keys = meter_keys | set(RUNNING_TOTALS)
     bounds = [round(i * len(history) / points) for i in range(points + 1)]
     thinned = []
     for start, end in zip(bounds, bounds[1:]):
@@ -125,6 +130,8 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "samples_by_method": cfg.evaluation.samples_by_method,
         "seeds": list(cfg.seeds),
         "methods": to_dict(cfg.methods),
+        # The claim checks' settings travel with the results they judge (reports/claims.py).
+        "report": to_dict(cfg.report),
         "hardware": tracking.hardware(),
         # Every job loads its model on one device (harness.models.resolve_device).
         "devices_per_job": 1,

@@ -70,8 +70,9 @@ PAPERS: dict[str, dict[str, str]] = {
         "year": "2026", "eprint": "2605.31494", "archiveprefix": "arXiv", "note": "CoRP",
     },
 }
-"""BibTeX fields per method; ESSAM-F shares ESSAM's paper (SAME_PAPER), the base model has none."""
-SAME_PAPER = {"essam_f": "essam"}
+"""BibTeX fields per method; ESSAM-F shares ESSAM's paper and SFT, ESSA's warm start alone, ESSA's
+(SAME_PAPER); the base model has none."""
+SAME_PAPER = {"essam_f": "essam", "sft": "essa"}
 
 
 def suite_version() -> str:

@@ -5,14 +5,19 @@ Each claim is one declarative entry in CLAIMS: the paper, its figure (from
 comparison into a verdict. `check` is the one function that applies them; no verdict is set by
 hand. A verdict is one of:
 
-- supported / not supported / inconclusive at this scale: by the claim's rule (`Threshold`),
-  from an interval (a bootstrap interval over problems, or the range over paired runs);
-- inconclusive at this scale, with the reason, when the run cannot test the claim however its
-  numbers come out (a speed-up across cluster sizes, on one device per job; a budget other than
-  the claim's; no gain to recover);
+- supported / not supported: by the claim's rule (`Threshold`) on the comparison's interval (a
+  two-level bootstrap over seeds and problems, or the range over paired runs), and only where the
+  run could tell;
+- inconclusive at this scale, with the reason: the interval straddles the rule's bar, or the run
+  could not tell however its numbers came out. It could not tell when a compared method has fewer
+  training seeds than the report's `min_seeds` (header `report`); when the smallest effect it
+  could have detected (`detectable`) exceeds the claim's margin (`Threshold.margin`); when a
+  precondition of the comparison fails (GRPO did not move off the base model, a budget other than
+  the claim's, no gain to recover, no decrease of the baseline's loss); or when the claim needs a
+  setting no run of this suite has (a speed-up across cluster sizes);
 - not run: a method the claim compares was not run on the claim's task;
 - missing data: the methods ran but a metric the comparison needs is not in the result files
-  (say, a training history without a loss), named in the row.
+  (say, a training history without `heldout_loss`), named in the row.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.config import ReportConfig
 from reports.names import display_name
-from reports.scores import GREEDY, PASS, Intervals, ProblemScores, paired_difference, trailing_mean, training_curve
+from reports.scores import GREEDY, PASS, Intervals, ProblemScores, paired_difference, seed_matrix, training_curve
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -46,6 +52,11 @@ class Threshold:
     refute: float
     statement: str
     """The rule in words, as the report states it."""
+    margin: float | None = None
+    """The effect the claim turns on, in the interval's units (a share of problems): a run that
+    could not have detected an effect this large cannot decide the claim. Required where the
+    comparison's interval is a bootstrap; None where it is the range over paired runs, which must
+    each clear the bar, so that the seeds they come from are the power."""
 
     def __post_init__(self) -> None:
         if self.refute > self.support:
@@ -63,9 +74,24 @@ def decide(rule: Threshold, low: float, high: float) -> str:
     return INCONCLUSIVE
 
 
+def detectable(low: float, high: float, problems: int, confidence: float) -> float:
+    """The smallest effect a bootstrap interval [low, high] over `problems` test problems could
+    have detected: its half-width (a true effect that large puts the interval's near end, on
+    average, at zero), and never less than the resolution of the problems.
+
+    That floor is the exact (Clopper-Pearson) upper bound, 1 - ((1 - confidence) / 2)^(1 /
+    problems), on the share of problems on which two methods differ when none was seen to. It
+    keeps a degenerate interval, [0, 0] from all-zero data, from reading as perfect power: 8
+    problems cannot detect less than 37 points, 200 less than 1.8, 1,319 less than 0.3. It counts
+    problems, not problems times seeds: more seeds of the same test problems add no problems.
+    """
+    return max((high - low) / 2, 1 - ((1 - confidence) / 2) ** (1 / problems))
+
+
 @dataclass(frozen=True)
 class Finding:
-    """What a comparison measured: the interval the rule reads, and the row's text."""
+    """What a comparison measured: the interval the rule reads, what the run could tell, and the
+    row's text."""
 
     low: float
     high: float
@@ -73,6 +99,13 @@ class Finding:
     """Our figure in words, with its interval."""
     scale: str
     """What it was measured on: model, task, problems, samples, seeds."""
+    seeds: int
+    """The fewest training seeds any compared trained method contributed."""
+    detectable: float | None = None
+    """The smallest effect the run could have detected (`detectable`), for a bootstrap interval;
+    None for a range over paired runs."""
+    doubts: tuple[str, ...] = ()
+    """Preconditions of the comparison that failed, in words: each makes the verdict inconclusive."""
 
 
 class Unavailable(Exception):
@@ -94,6 +127,11 @@ class Evidence:
     """Training histories: {method, task, seed, history, stages}."""
     header: dict = field(default_factory=dict)
     intervals: Intervals = field(default_factory=Intervals)
+
+    @property
+    def min_seeds(self) -> int:
+        """Training seeds per compared method that a definite verdict needs (the config's `report.min_seeds`)."""
+        return int((self.header.get("report") or {}).get("min_seeds", ReportConfig.min_seeds))
 
     def ran(self, method: str, task: str) -> bool:
         return any(r["method"] == method and r["task"] == task for r in self.results)
@@ -117,9 +155,51 @@ class Evidence:
         return (f"{model}; {task}: {'/'.join(map(str, problems)) or '—'} test problems, {what}; "
                 f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}")
 
+    def difference(self, method: str, baseline: str, task: str, metric: str) -> tuple[dict, int, dict, dict]:
+        """`method` minus `baseline` on their shared problems of `task` (paired_difference), greedy
+        or at pass@k with k the samples per problem both drew: (the difference, k, each one's
+        per-seed scores)."""
+        for m in (method, baseline):
+            if not self.scores.has(m, task):
+                raise Unavailable(MISSING, f"no per-problem scores (completions.jsonl) of {display_name(m)} on {task}")
+        k = 1
+        if metric == PASS:
+            k = min(self.scores.samples(method, task), self.scores.samples(baseline, task))
+            if k < 1:
+                raise Unavailable(MISSING, f"no sampled completions on {task}")
+        a = self.scores.per_seed(method, task, metric, k)
+        b = self.scores.per_seed(baseline, task, metric, k)
+        diff = paired_difference(a, b, self.intervals)
+        if diff is None:
+            raise Unavailable(MISSING, f"{display_name(method)} and {display_name(baseline)} share no test problems "
+                                       f"on {task}")
+        return diff, k, a, b
+
 
 def _pp(value: float) -> str:
     return f"{100 * value:+.1f}"
+
+
+def _interval(diff: dict) -> str:
+    return f"{_pp(diff['value'])} pp [{_pp(diff['low'])}, {_pp(diff['high'])}]"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+WARM_START_KEYS = ("lora_rank", "lora_alpha", "target_modules", "sft_steps", "sft_batch_size", "sft_lr",
+                   "sft_weight_decay", "self_samples", "self_temperature")
+"""ESSA's warm-start settings, which its SFT control must share to be that warm start alone."""
+
+
+def control_mismatch(header: dict, method: str, control: str) -> list[str]:
+    """The warm-start settings (WARM_START_KEYS) on which `control`'s config in the summary header
+    differs from `method`'s, each as 'key: control's value vs method's'."""
+    configs = header.get("methods") or {}
+    ours, theirs = configs.get(control) or {}, configs.get(method) or {}
+    return [f"{key}: {ours.get(key, '—')} vs {theirs.get(key, '—')}" for key in WARM_START_KEYS
+            if ours.get(key) != theirs.get(key)]
 
 
 # ---------------------------------------------------------------- comparisons
@@ -129,36 +209,73 @@ def _pp(value: float) -> str:
 class PairedDifference:
     """`method` minus `baseline` on the same test problems of `task`, greedy accuracy or pass@k at
     the largest k both ran (k = n), each method averaged over its seeds; the interval is the
-    bootstrap over problems."""
+    two-level bootstrap (each method's seeds, then the shared problems).
+
+    A parity or gain claim says nothing where neither method moved: the comparison must be off
+    the floor, `baseline` beating `floor` (the base model) in greedy accuracy on the task, its
+    paired interval above 0. Greedy also for a pass@k claim: at large k RL commonly falls below
+    the base model, which is no sign of an untrained comparison. With `control` (SFT, ESSA's warm
+    start alone) the row also says how much of the method's result the control reaches, and
+    whether the control's warm-start settings are the method's (WARM_START_KEYS)."""
 
     method: str
     baseline: str
     task: str
     metric: str = GREEDY
+    floor: str = "base"
+    control: str | None = None
 
     def measure(self, evidence: Evidence) -> Finding:
         evidence.require((self.method, self.baseline), self.task)
-        for m in (self.method, self.baseline):
-            if not evidence.scores.has(m, self.task):
-                raise Unavailable(MISSING, f"no per-problem scores (completions.jsonl) of {display_name(m)} on {self.task}")
-        k = 1
-        if self.metric == PASS:
-            k = min(evidence.scores.samples(self.method, self.task), evidence.scores.samples(self.baseline, self.task))
-            if k < 1:
-                raise Unavailable(MISSING, f"no sampled completions on {self.task}")
-        a = evidence.scores.values(self.method, self.task, self.metric, k)
-        b = evidence.scores.values(self.baseline, self.task, self.metric, k)
-        diff = paired_difference(a, b, evidence.intervals)
-        if diff is None:
-            raise Unavailable(MISSING, f"{display_name(self.method)} and {display_name(self.baseline)} share no "
-                                       f"test problems on {self.task}")
+        diff, k, a, b = evidence.difference(self.method, self.baseline, self.task, self.metric)
         name = "greedy accuracy" if self.metric == GREEDY else f"pass@{k}"
         shared = [p for p in a if p in b]
-        ours = (f"{_pp(diff['value'])} pp [{_pp(diff['low'])}, {_pp(diff['high'])}] {name}: "
-                f"{display_name(self.method)} {100 * np.mean([a[p] for p in shared]):.1f}% vs "
-                f"{display_name(self.baseline)} {100 * np.mean([b[p] for p in shared]):.1f}%")
+        ours = (f"{_interval(diff)} {name}: {display_name(self.method)} {_percent(a, shared)} vs "
+                f"{display_name(self.baseline)} {_percent(b, shared)}")
+        if self.control is not None:
+            ours += self._control(evidence)
         what = "greedy" if self.metric == GREEDY else f"n = {k} samples per problem, pass@{k}"
-        return Finding(diff["low"], diff["high"], ours, evidence.scale(self.task, (self.method, self.baseline), what))
+        seeds = min(len(evidence.scores.seeds(m, self.task)) for m in (self.method, self.baseline))
+        doubt = self._off_the_floor(evidence)
+        return Finding(diff["low"], diff["high"], ours,
+                       evidence.scale(self.task, (self.method, self.baseline), what), seeds,
+                       detectable(diff["low"], diff["high"], diff["problems"], evidence.intervals.confidence),
+                       (doubt,) if doubt else ())
+
+    def _off_the_floor(self, evidence: Evidence) -> str | None:
+        """Why the comparison is not off the floor; None where `baseline` beat `floor`."""
+        baseline, floor = display_name(self.baseline), display_name(self.floor)
+        if not evidence.ran(self.floor, self.task):
+            return f"{floor} was not run on {self.task}, so nothing shows that {baseline} moved off it"
+        try:
+            diff = evidence.difference(self.baseline, self.floor, self.task, GREEDY)[0]
+        except Unavailable as unavailable:
+            return f"cannot tell whether {baseline} moved off {floor}: {unavailable.reason}"
+        if diff["low"] > 0:
+            return None
+        return (f"no method moved off the base model: {baseline} − {floor}, greedy accuracy on {self.task}, is "
+                f"{_interval(diff)}, not above 0")
+
+    def _control(self, evidence: Evidence) -> str:
+        """How much of the method's result its control reaches, and whether the control is the method's own."""
+        control, method = display_name(self.control), display_name(self.method)
+        if not evidence.ran(self.control, self.task):
+            return f"; {control}: not run"
+        try:
+            diff, _, a, c = evidence.difference(self.method, self.control, self.task, self.metric)
+        except Unavailable as unavailable:
+            return f"; {control}: {unavailable.reason}"
+        shared = [p for p in a if p in c]
+        text = (f"; {control} alone: {_percent(c, shared)} vs {method} {_percent(a, shared)}, a difference of "
+                f"{_interval(diff)}")
+        mismatch = control_mismatch(evidence.header, self.method, self.control)
+        if mismatch:
+            text += f"; the control does not match {method}'s warm start ({'; '.join(mismatch)})"
+        return text
+
+
+def _percent(per_seed: dict[str, np.ndarray], problems) -> str:
+    return f"{100 * seed_matrix(per_seed, problems).mean():.1f}%"
 
 
 @dataclass(frozen=True)
@@ -177,8 +294,7 @@ class SavingRatio:
         evidence.require((self.method, self.baseline), self.task)
         per_seed = {}
         for m in (self.method, self.baseline):
-            values = {r["seed"]: ((r.get("cost") or {}).get("train") or {}).get(self.cost)
-                      for r in evidence.runs(m, self.task)}
+            values = {r["seed"]: _train_cost(r, self.cost) for r in evidence.runs(m, self.task)}
             values = {s: v for s, v in values.items() if v}
             if not values:
                 raise Unavailable(MISSING, f"no training {self.cost} of {display_name(m)} on {self.task}")
@@ -195,20 +311,48 @@ class SavingRatio:
                 f"{self.unit} vs {display_name(self.method)} {mean_method:,.0f} {self.unit}")
         device = evidence.header.get("hardware", "—")
         return Finding(min(ratios), max(ratios), ours,
-                       evidence.scale(self.task, (self.method, self.baseline), f"training on {device}"))
+                       evidence.scale(self.task, (self.method, self.baseline), f"training on {device}"), len(seeds))
+
+
+def _train_cost(result: dict, key: str):
+    return ((result.get("cost") or {}).get("train") or {}).get(key)
+
+
+def decreases(curve) -> bool:
+    """Whether a loss curve decreases beyond noise: over at least three points, its decrease from
+    the first point to the last exceeds twice sqrt(2 x the sum of its squared rises between
+    successive points).
+
+    A curve without trend, whose steps go up as often as down, has about that standard deviation
+    in its net change: its rises alone estimate its step-to-step noise, and a decreasing trend,
+    which does not rise, does not inflate its own noise estimate (a steep early drop is not
+    noise). A steadily falling curve passes however small its fall; a curve that rises as much as
+    it falls does not."""
+    curve = np.asarray(curve, dtype=float)
+    if len(curve) < 3:
+        return False
+    rises = np.clip(np.diff(curve), 0.0, None)
+    return curve[0] - curve[-1] > 2 * math.sqrt(2 * float(np.sum(rises ** 2)))
 
 
 @dataclass(frozen=True)
 class QueriesToLoss:
-    """How many times fewer training queries (forward-equivalents) `method` needs than `baseline` to
-    reach the baseline's final training loss, per paired (task, seed) run: both losses smoothed
-    by a trailing mean (reports.scores.SMOOTHING_SHARE of their points); the target is the
-    baseline's last smoothed value; each method's queries are those at its first smoothed point
-    at or below the target (the baseline's always exists; a method that never gets there scores
-    0x). The interval is the range over paired runs."""
+    """How many times fewer training queries `method` needs than `baseline` to reach a held-out
+    loss target, per paired (task, seed) run; the interval is the range over paired runs.
+
+    Both log `heldout_loss`, the loss on one fixed held-out subset of training problems, at step 0,
+    every `eval_every` steps and at the end, with `forward_equivalents` (training queries only) in
+    the same row. A fixed subset keeps minibatch noise out of the curve, so it is read as logged.
+    The target is the baseline's start minus `fraction` of its decrease from the start to its last
+    point: what its whole budget bought, not a minimum it may have passed through and lost. A
+    method's queries to the target are those at its first point at or below it (one that never
+    gets there scores 0x); the ratio is the baseline's over the method's. A baseline curve that
+    does not decrease beyond noise (`decreases`) sets no target."""
 
     method: str
     baseline: str
+    fraction: float = 0.9
+    metric: str = "heldout_loss"
 
     def measure(self, evidence: Evidence) -> Finding:
         tasks = sorted({r["task"] for r in evidence.results if r["method"] == self.method}
@@ -216,59 +360,74 @@ class QueriesToLoss:
         if not tasks:
             missing = next(m for m in (self.method, self.baseline) if not any(r["method"] == m for r in evidence.results))
             raise Unavailable(NOT_RUN, f"{display_name(missing)} was not run")
-        ratios, never = [], 0
+        method, baseline = display_name(self.method), display_name(self.baseline)
+        ratios, never, flat, seeds = [], 0, [], []
         for task in tasks:
-            seeds = sorted({r["seed"] for r in evidence.runs(self.method, task)}
-                           & {r["seed"] for r in evidence.runs(self.baseline, task)})
-            for seed in seeds:
-                curves = {}
-                for m in (self.method, self.baseline):
-                    history = evidence.history(m, task, seed)
-                    if history is None:
-                        raise Unavailable(MISSING, f"no training history of {display_name(m)} on {task}, seed {seed}")
-                    curve = training_curve(history, "loss")
-                    if curve is None:
-                        raise Unavailable(MISSING, f"the training history of {display_name(m)} on {task}, seed {seed}, "
-                                                   "has no loss")
-                    curves[m] = (curve[0], trailing_mean(curve[1]))
-                x_base, loss_base = curves[self.baseline]
-                target = loss_base[-1]
+            paired = sorted({r["seed"] for r in evidence.runs(self.method, task)}
+                            & {r["seed"] for r in evidence.runs(self.baseline, task)})
+            seeds.append(len(paired))
+            for seed in paired:
+                x_base, loss_base = self._curve(evidence, self.baseline, task, seed)
+                x, loss = self._curve(evidence, self.method, task, seed)
+                if not decreases(loss_base):
+                    flat.append(f"{task} seed {seed}")
+                    continue
+                target = loss_base[0] - self.fraction * (loss_base[0] - loss_base[-1])
                 base_queries = x_base[np.argmax(loss_base <= target)]
-                x, loss = curves[self.method]
                 reached = np.flatnonzero(loss <= target)
                 if reached.size == 0:
                     never += 1
                     ratios.append(0.0)
                 else:
                     ratios.append(float(base_queries / x[reached[0]]) if x[reached[0]] > 0 else math.inf)
-        runs = len(ratios)
+        runs = len(ratios) + len(flat)
         if not runs:
-            raise Unavailable(MISSING, f"{display_name(self.method)} and {display_name(self.baseline)} share no seed "
-                                       f"on {', '.join(tasks)}")
-        if runs == 1 or min(ratios) == max(ratios):
-            text = f"{min(ratios):.2f}x fewer queries" + (f" in each of {runs} paired runs" if runs > 1 else "")
+            raise Unavailable(MISSING, f"{method} and {baseline} share no seed on {', '.join(tasks)}")
+        scale = (f"{evidence.header.get('model', '—')}; held-out loss on {', '.join(tasks)}; "
+                 f"{_plural(runs, 'paired run')}; target: {baseline}'s start minus {self.fraction:.0%} of its decrease")
+        doubts = ()
+        if flat:
+            doubts = (f"{baseline}'s held-out loss does not decrease beyond noise in {', '.join(flat)} (by less than "
+                      "twice the spread its own rises imply, or over fewer than three points), so it sets no target "
+                      "to reach",)
+            if not ratios:
+                raise Unavailable(INCONCLUSIVE, doubts[0], "—", scale)
+        if len(ratios) == 1:
+            text = f"{ratios[0]:.2f}x fewer queries"
+        elif min(ratios) == max(ratios):
+            text = f"{ratios[0]:.2f}x fewer queries in each of {len(ratios)} paired runs"
         else:
-            text = f"{min(ratios):.2f}–{max(ratios):.2f}x fewer queries over {runs} paired runs"
+            text = f"{min(ratios):.2f}–{max(ratios):.2f}x fewer queries over {len(ratios)} paired runs"
         if never:
-            text += (f"; {display_name(self.method)} never reached {display_name(self.baseline)}'s final loss "
-                     f"in {never} of {runs}")
-        scale = (f"{evidence.header.get('model', '—')}; training loss on {', '.join(tasks)}; "
-                 f"{runs} paired run{'s' if runs != 1 else ''}")
-        return Finding(min(ratios), max(ratios), text, scale)
+            text += f"; {method} never reached {baseline}'s target in {never} of {len(ratios)}"
+        return Finding(min(ratios), max(ratios), text, scale, min(seeds), doubts=doubts)
+
+    def _curve(self, evidence: Evidence, method: str, task: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        history = evidence.history(method, task, seed)
+        if history is None:
+            raise Unavailable(MISSING, f"no training history of {display_name(method)} on {task}, seed {seed}")
+        curve = training_curve(history, self.metric)
+        if curve is None:
+            raise Unavailable(MISSING, f"the training history of {display_name(method)} on {task}, seed {seed}, "
+                                       f"has no {self.metric}")
+        return curve
 
 
 @dataclass(frozen=True)
 class RecoveredGain:
     """The share of `ensemble`'s greedy gain over `base` that `method` recovers, pooled over every
-    task all three ran, with `method` drawing at most `budget` of the ensemble's perturbations.
+    task all three ran, with `method` spending at most `budget` of the ensemble's perturbations and
+    training forward passes.
 
     The rule reads the paired margin C - B - share (R - B) per problem (C, R, B: the three
-    methods' greedy correctness, averaged over seeds), which is positive exactly when the
-    recovered share (C - B) / (R - B) exceeds `share` and R > B; its interval is the bootstrap
-    over the pooled problems. Two preconditions, else inconclusive: the method's perturbations
-    (Stage 0's population) are at most `budget` of the ensemble's, and the ensemble's own gain
-    over the base model is positive (its interval excludes 0): without a gain there is nothing
-    to recover."""
+    methods' greedy correctness, each over its seeds), which is positive exactly when the
+    recovered share (C - B) / (R - B) exceeds `share` and R > B; its interval is the two-level
+    bootstrap over each method's seeds and the pooled problems. Two preconditions, else
+    inconclusive. The budget: in every paired (task, seed) run, the perturbations the method
+    drew over all its stages (the last `perturbations` its training history logged; CoRP's
+    re-centring rounds draw more after Stage 0) and its metered training `forward_passes` are
+    each at most `budget` of the ensemble's. And a gain: the ensemble's interval over the base
+    model excludes 0; without one there is nothing to recover."""
 
     method: str
     ensemble: str
@@ -283,41 +442,82 @@ class RecoveredGain:
             missing = next((m for m in trio if not any(r["method"] == m for r in evidence.results)), None)
             raise Unavailable(NOT_RUN, f"{display_name(missing)} was not run" if missing
                               else f"no task on which {', '.join(map(display_name, trio))} all ran")
-        values = {m: {} for m in trio}
-        for task in tasks:
-            for m in trio:
-                if not evidence.scores.has(m, task):
-                    raise Unavailable(MISSING, f"no per-problem scores (completions.jsonl) of {display_name(m)} on {task}")
-                values[m].update({f"{task}:{p}": v for p, v in evidence.scores.values(m, task, GREEDY).items()})
-        shared = [p for p in values[self.method] if all(p in values[m] for m in trio)]
-        if not shared:
-            raise Unavailable(MISSING, "the three methods share no test problems")
-        c, r, b = ([values[m][p] for p in shared] for m in trio)
-        configs = evidence.header.get("methods", {})
-        population = {m: (configs.get(m) or {}).get("population") for m in (self.method, self.ensemble)}
-        members = (configs.get(self.ensemble) or {}).get("top_k")
+        c, r, b = self._scores(evidence, trio, tasks)
+        members = ((evidence.header.get("methods") or {}).get(self.ensemble) or {}).get("top_k")
         scale = (f"{evidence.header.get('model', '—')}; greedy on {', '.join(tasks)} pooled, "
-                 f"{len(shared)} test problems; {display_name(self.ensemble)} vote of {members or '?'} members")
-        gain = evidence.intervals.mean(np.subtract(r, b))
-        recovered = (np.mean(c) - np.mean(b)) / (np.mean(r) - np.mean(b)) if np.mean(r) != np.mean(b) else math.nan
-        ours = (f"{display_name(self.method)} {_pp(np.mean(c) - np.mean(b))} pp over the base model, "
-                f"{display_name(self.ensemble)}'s vote {_pp(gain['value'])} pp [{_pp(gain['low'])}, {_pp(gain['high'])}]"
+                 f"{c.shape[1]} test problems; {display_name(self.ensemble)} vote of {members or '?'} members; "
+                 f"seeds {c.shape[0]}/{r.shape[0]}/{b.shape[0]}")
+        gain = evidence.intervals.combination([r, b], [1.0, -1.0])
+        lift = c.mean() - b.mean()
+        recovered = lift / (r.mean() - b.mean()) if r.mean() != b.mean() else math.nan
+        ours = (f"{display_name(self.method)} {_pp(lift)} pp over the base model, "
+                f"{display_name(self.ensemble)}'s vote {_interval(gain)}"
                 + (f": {recovered:.0%} recovered" if math.isfinite(recovered) else ""))
-        if None in population.values():
-            raise Unavailable(MISSING, "the methods' populations are not in the summary (header.methods)", ours, scale)
-        used = population[self.method] / population[self.ensemble]
-        ours += f"; perturbations {population[self.method]} vs {population[self.ensemble]} ({used:.0%})"
-        if used > self.budget + 1e-9:
-            raise Unavailable(INCONCLUSIVE, f"{display_name(self.method)} drew {used:.0%} of "
-                                            f"{display_name(self.ensemble)}'s perturbations; the claim is about "
-                                            f"{self.budget:.0%}", ours, scale)
+        spent, doubts = [], []
+        for meter, what in (("perturbations", "perturbations"), ("forward_passes", "training forward passes")):
+            used, ours_used, theirs = self._spent(evidence, tasks, meter)
+            spent.append(f"{what} {ours_used:,.0f} vs {theirs:,.0f} ({used:.0%})")
+            if used > self.budget + 1e-9:
+                doubts.append(f"{display_name(self.method)} spent {used:.0%} of {display_name(self.ensemble)}'s "
+                              f"{what}, and the claim is about {self.budget:.0%}")
+        ours += "; " + ", ".join(spent)
         if gain["low"] <= 0:
-            raise Unavailable(INCONCLUSIVE, f"{display_name(self.ensemble)}'s vote shows no gain over the base model "
-                                            "(its interval includes 0): there is no gain to recover", ours, scale)
-        margin = evidence.intervals.mean(np.asarray(c) - np.asarray(b) - self.share * (np.asarray(r) - np.asarray(b)))
-        ours += (f"; margin over {self.share:.0%} recovery {_pp(margin['value'])} pp "
-                 f"[{_pp(margin['low'])}, {_pp(margin['high'])}]")
-        return Finding(margin["low"], margin["high"], ours, scale)
+            doubts.append(f"{display_name(self.ensemble)}'s vote shows no gain over the base model (its interval "
+                          "includes 0): there is no gain to recover")
+        margin = evidence.intervals.combination([c, b, r], [1.0, -(1 - self.share), -self.share])
+        ours += f"; margin over {self.share:.0%} recovery {_interval(margin)}"
+        return Finding(margin["low"], margin["high"], ours, scale, min(c.shape[0], r.shape[0]),
+                       detectable(margin["low"], margin["high"], c.shape[1], evidence.intervals.confidence),
+                       tuple(doubts))
+
+    def _scores(self, evidence: Evidence, trio, tasks) -> list[np.ndarray]:
+        """Each method's (seeds x problems) greedy scores on the problems all three share, tasks
+        pooled; a method's seeds are those it was scored with on every task."""
+        for m in trio:
+            for task in tasks:
+                if not evidence.scores.has(m, task):
+                    raise Unavailable(MISSING, f"no per-problem scores (completions.jsonl) of {display_name(m)} on "
+                                               f"{task}")
+        seeds = {m: set.intersection(*(set(evidence.scores.seeds(m, t)) for t in tasks)) for m in trio}
+        if not all(seeds.values()):
+            raise Unavailable(MISSING, f"{display_name(next(m for m in trio if not seeds[m]))} has no seed scored on "
+                                       f"every one of {', '.join(tasks)}")
+        columns = {m: [] for m in trio}
+        for task in tasks:
+            per_seed = {m: evidence.scores.per_seed(m, task, GREEDY, seeds=seeds[m]) for m in trio}
+            shared = [p for p in per_seed[self.method] if all(p in per_seed[m] for m in trio)]
+            for m in trio:
+                columns[m] += [per_seed[m][p] for p in shared]
+        if not columns[self.method]:
+            raise Unavailable(MISSING, "the three methods share no test problems")
+        return [np.stack(columns[m], axis=1) for m in trio]
+
+    def _spent(self, evidence: Evidence, tasks, meter: str) -> tuple[float, float, float]:
+        """(the largest share of the ensemble's `meter` the method spent in a paired (task, seed)
+        run, the method's and the ensemble's figure in that run)."""
+        shares = []
+        for task in tasks:
+            paired = sorted({r["seed"] for r in evidence.runs(self.method, task)}
+                            & {r["seed"] for r in evidence.runs(self.ensemble, task)})
+            for seed in paired:
+                spent = [self._meter(evidence, m, task, seed, meter) for m in (self.method, self.ensemble)]
+                shares.append((spent[0] / spent[1], *spent))
+        if not shares:
+            raise Unavailable(MISSING, f"{display_name(self.method)} and {display_name(self.ensemble)} share no seed")
+        return max(shares)
+
+    @staticmethod
+    def _meter(evidence: Evidence, method: str, task: str, seed: int, meter: str) -> float:
+        """The perturbations a run drew (the last its training history logged), or a training meter of its result."""
+        if meter == "perturbations":
+            drawn = [step[meter] for step in evidence.history(method, task, seed) or [] if meter in step]
+            value = drawn[-1] if drawn else None
+        else:
+            value = next((_train_cost(r, meter) for r in evidence.runs(method, task) if r["seed"] == seed), None)
+        if not value:
+            where = "training history" if meter == "perturbations" else "training cost"
+            raise Unavailable(MISSING, f"no {meter} in the {where} of {display_name(method)} on {task}, seed {seed}")
+        return float(value)
 
 
 @dataclass(frozen=True)
@@ -373,9 +573,10 @@ PARITY = Threshold(
     -MARGIN, -MARGIN,
     f"supported when the 95% interval of the paired difference lies above −{100 * MARGIN:.0f} pp (no worse than "
     f"the baseline by more than {100 * MARGIN:.0f} points; both papers present parity as not being worse); not supported "
-    f"when it lies at or below −{100 * MARGIN:.0f} pp; inconclusive otherwise")
-GAIN = Threshold(0.0, 0.0, "supported when the 95% interval of the paired difference lies above 0; not supported when it "
-                           "lies at or below 0; inconclusive otherwise")
+    f"when it lies at or below −{100 * MARGIN:.0f} pp; inconclusive otherwise. Margin {100 * MARGIN:.0f} pp: a run that "
+    "could not detect a 5-point difference cannot tell parity from a loss", margin=MARGIN)
+FGRPO_GAIN = 0.062
+"""F-GRPO's reported gain in math pass@256 over GRPO (64.1 → 70.3)."""
 
 
 @dataclass(frozen=True)
@@ -395,7 +596,7 @@ CLAIMS: tuple[Claim, ...] = (
         "essa_parity", "essa", "ESSA matches GRPO on math",
         "matches GRPO; up to +21.9 pp MATH500 accuracy (Qwen2.5-7B); +14.8% PRM800K/MATH500, +12.6% GSM8K "
         "(Qwen2.5-Math-7B)",
-        PairedDifference("essa", "grpo", "math"), PARITY),
+        PairedDifference("essa", "grpo", "math", control="sft"), PARITY),
     Claim(
         "essa_scaling", "essa", "ESSA's speed-up over GRPO grows with cluster size",
         "reaches a fixed MATH500 accuracy 2x faster than GRPO on 16 GPUs, 6x faster on 128 (Qwen2.5-32B, PRM800K)",
@@ -403,25 +604,32 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "fgrpo_passk", "fgrpo", "F-GRPO raises pass@256 over GRPO",
         "math pass@256 64.1 → 70.3 (+6.2 pp), pass@1 37.3 → 38.6; Qwen2.5-7B, group size 8",
-        PairedDifference("fgrpo", "grpo", "math", PASS), GAIN),
+        PairedDifference("fgrpo", "grpo", "math", PASS),
+        Threshold(0.0, 0.0, "supported when the 95% interval of the paired difference lies above 0; not supported when "
+                            "it lies at or below 0; inconclusive otherwise. Margin 6.2 pp, the paper's gain: a run that "
+                            "could not detect it cannot tell", margin=FGRPO_GAIN)),
     Claim(
         "sazo_queries", "sazo", "SAZO reaches MeZO's training loss in fewer queries",
         "up to 6x fewer queries to the same training loss as uniform zeroth-order sampling (abstract only; "
         "SAZO here is a reconstruction)",
         QueriesToLoss("sazo", "mezo"),
-        Threshold(1.5, 1.0, "supported when SAZO needs more than 1.5x fewer queries than MeZO in every paired run "
-                            "(a clear margin; the paper's 6x is its best case); not supported when it needs at least as "
-                            "many (or never gets there) in every paired run; inconclusive otherwise")),
+        Threshold(1.5, 1.0, "on the held-out loss curves: the target is MeZO's loss at step 0 minus 90% of its decrease "
+                            "from step 0 to its last point; supported when SAZO reaches it with more than 1.5x fewer "
+                            "queries than MeZO in every paired run (a clear margin; the paper's 6x is its best case); "
+                            "not supported when it needs at least as many (or never gets there) in every paired run; "
+                            "inconclusive otherwise, or where MeZO's loss does not decrease beyond noise")),
     Claim(
         "corp_recovery", "corp", "CoRP's single model recovers over half of RandOpt's vote gain with a tenth of the "
                                  "perturbations",
         "recovers more than half of the 50-member majority vote's gain with 500 vs 5000 perturbations; +8.1 points over "
         "the base model on average (5 models x 5 tasks)",
         RecoveredGain("corp", "randopt", "base"),
-        Threshold(0.0, 0.0, "preconditions: CoRP drew at most a tenth of RandOpt's perturbations, and RandOpt's vote "
-                            "gains over the base model (interval above 0); then supported when the 95% interval of the "
-                            "margin CoRP − base − ½(RandOpt − base) lies above 0, not supported when at or below 0, "
-                            "inconclusive otherwise")),
+        Threshold(0.0, 0.0, "preconditions: in every paired run CoRP drew at most a tenth of RandOpt's perturbations (over "
+                            "all its stages, as logged) and spent at most a tenth of its training forward passes, and "
+                            "RandOpt's vote gains over the base model (interval above 0); then supported when the 95% "
+                            "interval of the margin CoRP − base − ½(RandOpt − base) lies above 0, not supported when at "
+                            "or below 0, inconclusive otherwise. Margin 4 pp: full recovery of the paper's 8.1-point gain "
+                            "lies about 4 points above half recovery", margin=0.04)),
     Claim(
         "essam_parity", "essam", "ESSAM matches GRPO on GSM8K",
         "GSM8K accuracy averaged over models: ESSAM 78.27%, GRPO 78.34% (PPO 77.72%)",
@@ -443,17 +651,35 @@ def rule_text(claim: Claim) -> str:
 
 
 def check(claim: Claim, evidence: Evidence) -> dict:
-    """The claim's row: the paper's figure, ours with its scale, the verdict and the rule or reason."""
+    """The claim's row: the paper's figure, ours with its scale, the smallest effect the run could
+    have detected, the verdict, and the rule it followed or why the run could not tell.
+
+    A definite verdict needs every one of: the comparison's preconditions, `min_seeds` training
+    seeds of each compared method, and, for a bootstrap interval, a smallest detectable effect no
+    larger than the rule's margin. Otherwise the verdict is inconclusive, each reason stated."""
     row = {"key": claim.key, "paper": claim.paper, "claim": claim.statement, "paper_figure": claim.paper_figure}
     try:
         finding = claim.comparison.measure(evidence)
     except Unavailable as unavailable:
         return {**row, "ours": unavailable.ours, "scale": unavailable.scale, "verdict": unavailable.verdict,
-                "reason": unavailable.reason}
+                "reason": unavailable.reason, "detectable": None}
     if claim.rule is None:
         raise ValueError(f"claim {claim.key} has no rule, yet its comparison gave an interval")
-    return {**row, "ours": finding.ours, "scale": finding.scale, "verdict": decide(claim.rule, finding.low, finding.high),
-            "reason": claim.rule.statement, "interval": [finding.low, finding.high]}
+    if finding.detectable is not None and claim.rule.margin is None:
+        raise ValueError(f"claim {claim.key}'s rule has no margin to hold its bootstrap interval's power against")
+    doubts = list(finding.doubts)
+    if finding.seeds < evidence.min_seeds:
+        doubts.append(f"this run has {_plural(finding.seeds, 'training seed')} of a compared method, and a definite "
+                      f"verdict needs at least {evidence.min_seeds} of each (report.min_seeds)")
+    if finding.detectable is not None and finding.detectable > claim.rule.margin:
+        doubts.append(f"the smallest effect this run could detect is {100 * finding.detectable:.1f} pp, more than the "
+                      f"claim's margin of {100 * claim.rule.margin:.1f} pp")
+    verdict = INCONCLUSIVE if doubts else decide(claim.rule, finding.low, finding.high)
+    reason = "; ".join(doubts) if doubts else claim.rule.statement
+    if verdict == INCONCLUSIVE and not doubts:
+        reason = f"the interval lies neither wholly beyond the claim's bar nor wholly short of it. Rule: {reason}"
+    return {**row, "ours": finding.ours, "scale": finding.scale, "verdict": verdict, "reason": reason,
+            "interval": [finding.low, finding.high], "detectable": finding.detectable}
 
 
 def check_all(evidence: Evidence, claims=CLAIMS) -> list[dict]:

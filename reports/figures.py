@@ -139,8 +139,7 @@ def accuracy_vs_cost(points: pd.DataFrame, base: dict | None, task: str, model: 
 
 def training_curves(series: list[dict], task: str, model: str) -> Figure:
     """Training reward and loss against training queries (forward-equivalents), one line per
-    (method, seed): faint, the logged values; solid, their trailing mean (the smoothing the
-    claim checks use).
+    (method, seed): faint, the logged values; solid, their trailing mean.
 
     `series`: dicts with method, seed, metric ('reward' or 'loss'), x, y and smooth (arrays).
     """

@@ -5,6 +5,7 @@ METHOD_NAMES = {
     "mezo": "MeZO",
     "grpo": "GRPO",
     "fgrpo": "F-GRPO",
+    "sft": "SFT (ESSA's warm start)",
     "essa": "ESSA",
     "essam": "ESSAM",
     "essam_f": "ESSAM-F",

@@ -25,14 +25,17 @@ from reports import claims as claim_checks
 from reports import figures
 from reports.citations import paper_entries, run_entry
 from reports.names import METHOD_NAMES, display_name, ordered, rank
-from reports.scores import GREEDY, PASS, Intervals, ProblemScores, paired_difference, trailing_mean, training_curve
+from reports.scores import (GREEDY, PASS, Intervals, ProblemScores, paired_difference, seed_matrix, trailing_mean,
+                            training_curve)
 
 __all__ = ["FIGURE_TITLES", "METHOD_NAMES", "display_name", "outputs", "passk_figure", "render", "samples_text"]
 
 MISSING = "—"
 REFERENCES = ("base", "grpo")
 """Every method is compared problem by problem with the base model and with GRPO."""
-TABLES = ("accuracy", "paired", "cost_time", "cost_queries", "stages", "claims", "crosscheck")
+WARM_START = ("essa", "sft")
+"""ESSA and its control: its LoRA SFT warm start alone, without the search."""
+TABLES = ("accuracy", "paired", "warm_start", "cost_time", "cost_queries", "stages", "claims", "crosscheck")
 """Tables also written as CSV (results/report/table_<name>.csv), for the Snakemake report and MLflow."""
 FIGURE_TITLES = {"passk": "pass@k against k", "cost": "Accuracy against training cost", "curves": "Training curves",
                  "memory": "Peak memory"}
@@ -54,9 +57,11 @@ TIME_COLUMNS = [
 QUERY_COLUMNS = [
     ("Forward passes", "train", "forward_passes", "{:,.0f}"),
     ("Backward passes", "train", "backward_passes", "{:,.0f}"),
+    ("Recompute passes", "train", "recompute_passes", "{:,.0f}"),
     ("Tokens generated", "train", "tokens_generated", "{:,.0f}"),
     ("Reward calls", "train", "reward_calls", "{:,.0f}"),
     ("Forward-equivalents", "train", "forward_equivalents", "{:,.0f}"),
+    ("Tokens processed", "train", "tokens_processed", "{:,.0f}"),
     ("Inference passes / answer", None, "inference_passes", "{:,.0f}"),
 ]
 COST_COLUMNS = TIME_COLUMNS + QUERY_COLUMNS
@@ -94,7 +99,6 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
     methods = ordered({r["method"] for r in results} | set(header.get("methods") or {}))
     header_tasks = list(header.get("tasks", {}))
     tasks = header_tasks + sorted({r["task"] for r in results} - set(header_tasks))
-    scores = _score_summary(results)
     problems = ProblemScores(per_problem or [])
     histories = histories or []
     crosschecks = crosschecks or []
@@ -103,6 +107,7 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
     intervals = Intervals(recorded.get("bootstrap_samples", DEFAULT_BOOTSTRAP_SAMPLES),
                           recorded.get("confidence", DEFAULT_CONFIDENCE),
                           next((r["sampling"]["seed"] for r in results if r.get("sampling")), 0))
+    scores = _score_summary(results, problems, intervals)
     confidence = f"{intervals.confidence:.0%}"
     model = header.get("model", "")
     written: dict[str, Path] = {}
@@ -125,6 +130,7 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
     frames = {
         "accuracy": _accuracy_table(scores, methods, tasks),
         "paired": _paired_table(problems, methods, tasks, intervals),
+        "warm_start": _warm_start_table(problems, header, tasks, intervals),
         "cost_time": _cost_table(results, methods, tasks, TIME_COLUMNS),
         "cost_queries": _cost_table(results, methods, tasks, QUERY_COLUMNS),
         "stages": _stages_table(histories),
@@ -146,7 +152,12 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
         "main": [
             _table("Accuracy (%)", "accuracy", _accuracy_caption(confidence), frames["accuracy"]),
             _table("Paired differences (percentage points)", "paired", _paired_caption(confidence), frames["paired"]),
-        ],
+        ] + ([_table("ESSA against its warm start (percentage points)", "warm_start",
+                     "ESSA minus its LoRA SFT warm start alone (SFT: the same adapter and SFT settings, no search), "
+                     "beside ESSA minus GRPO, paired as above: how much of ESSA's result the warm start already "
+                     "reaches. The last column says whether SFT's warm-start settings are ESSA's.",
+                     frames["warm_start"], text_columns=1, left=("SFT's settings",))]
+             if len(frames["warm_start"]) else []),
         "cost": [
             _table("Cost: memory and wall-clock", "cost_time",
                    "Means over seeds. Training wall-clock split by phase: generate (sampling rollouts), score "
@@ -154,34 +165,40 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
                    "\"—\" where the method does not train or results are missing.", frames["cost_time"]),
             _table("Cost: queries", "cost_queries",
                    "Means over seeds, counted in training, except inference passes per answer (what each test answer "
-                   "costs: 1, or K for an ensemble of K). Forward-equivalents = forward passes + 2 × backward passes.",
+                   "costs: 1, or K for an ensemble of K). Recompute passes: sequences run forward a second time by "
+                   "gradient checkpointing (\"—\" where not metered). Forward-equivalents = forward passes + 2 × "
+                   "backward passes + recompute passes; tokens processed, the token positions all forward calls "
+                   "computed, beside it, since a sequence's cost grows with its length.",
                    frames["cost_queries"]),
         ] + ([_table("Cost: separately reported stages", "stages",
                      "Training stages a method reports on their own (e.g. ESSA's supervised warm start before its "
                      "search), per seed.", frames["stages"])] if len(frames["stages"]) else []),
         "claims": _table("Claim checks", "claims", "One row per claim of the seed papers. The verdict is computed "
-                         "from this run's result files by the rule in the last column (stated in full below); the "
-                         "scale column says what the comparison ran on.", frames["claims"], text_columns=7),
+                         "from this run's result files by the rule stated in full below; the last column gives that "
+                         "rule, or why this run cannot tell. The scale column says what the comparison ran on; the "
+                         "detectable effect is the smallest effect this run could have detected (bootstrap "
+                         "comparisons).", frames["claims"], text_columns=8),
         "crosscheck": _table("Cross-check with lm-evaluation-harness", "crosscheck",
                              _crosscheck_caption(header, confidence), frames["crosscheck"], left=("Flag",)),
         "tasks": _table("Tasks", "tasks", "Test-split hash: content hash of the test problems scored.",
                         _task_table(header, results, tasks)),
         "figures": [
             {"title": FIGURE_TITLES["passk"], "caption": "pass@k (%) for k = 1, 2, 4, … up to the samples drawn per "
-             f"problem, on a log axis; bands: {confidence} bootstrap intervals over problems (means over seeds).",
+             f"problem, on a log axis (means over seeds); bands: the accuracy table's {confidence} intervals.",
              "items": sections["passk"], "wide": False},
             {"title": FIGURE_TITLES["cost"], "caption": "Greedy accuracy (%) of each trained method "
              "against its training queries (forward-equivalents) and training wall-clock, log axes; bars: "
              f"{confidence} intervals. The dashed line is the base model, which does not train.",
              "items": sections["cost"], "wide": True},
             {"title": FIGURE_TITLES["curves"], "caption": "Training reward and loss against training queries "
-             "(forward-equivalents): faint, the logged values; solid, a trailing mean over a tenth of the points "
-             "(the smoothing the claim checks use). One line per seed.",
+             "(forward-equivalents): faint, the logged values; solid, a trailing mean over a tenth of the points. "
+             "One line per seed.",
              "items": sections["curves"], "wide": True},
             {"title": FIGURE_TITLES["memory"], "caption": "Peak memory per method (GiB), training (solid) beside "
              "evaluation (hatched), the largest over tasks of the mean over seeds.",
              "items": [_figure_entry(written, "memory", "all tasks")], "wide": False},
         ],
+        "verdicts": _verdict_rules(evidence.min_seeds, intervals.confidence),
         "rules": [(claim.statement, claim_checks.rule_text(claim)) for claim in claim_checks.CLAIMS],
         "citations": [run_entry(header)] + paper_entries({r["method"] for r in results}),
         "notes": _notes(confidence, intervals.bootstrap_samples),
@@ -210,10 +227,15 @@ def _figure_entry(written: dict[str, Path], stem: str, label: str) -> dict:
 # ---------------------------------------------------------------- accuracy
 
 
-def _score_summary(results: list[dict]) -> pd.DataFrame:
+def _score_summary(results: list[dict], problems: ProblemScores | None = None,
+                   intervals: Intervals | None = None) -> pd.DataFrame:
     """One row per (method, task, metric, k): means over seeds and the per-seed spread.
 
-    metric is "greedy" (k = 0) or "pass@k". A seed without a metric simply does not count.
+    metric is "greedy" (k = 0) or "pass@k". A seed without a metric simply does not count. Where
+    the per-problem scores of a (method, task) are at hand, its value and interval are recomputed
+    from them with the two-level bootstrap (seeds, then problems), so that the interval holds the
+    variation between seeds; elsewhere (a summary without completions) they are the means of the
+    per-seed values and bounds, the evaluator's problem bootstrap.
     """
     rows = []
     for r in results:
@@ -224,7 +246,7 @@ def _score_summary(results: list[dict]) -> pd.DataFrame:
             rows.append({**key, "metric": "pass@k", "k": point["k"], **_interval(point)})
     columns = ["method", "task", "seed", "metric", "k", "value", "low", "high"]
     scores = pd.DataFrame(rows, columns=columns)
-    return (
+    summary = (
         scores.groupby(["method", "task", "metric", "k"], as_index=False)
         .agg(
             value=("value", "mean"),
@@ -235,6 +257,17 @@ def _score_summary(results: list[dict]) -> pd.DataFrame:
             seeds=("seed", "nunique"),
         )
     )
+    if problems is None:
+        return summary
+    for i, row in summary.iterrows():
+        if not problems.has(row.method, row.task) or row.k > problems.samples(row.method, row.task):
+            continue
+        metric, k = (GREEDY, 1) if row.metric == "greedy" else (PASS, int(row.k))
+        per_seed = problems.per_seed(row.method, row.task, metric, k)
+        if per_seed:
+            ci = intervals.mean(seed_matrix(per_seed, list(per_seed)))
+            summary.loc[i, ["value", "low", "high"]] = ci["value"], ci["low"], ci["high"]
+    return summary
 
 
 def _interval(point: dict) -> dict:
@@ -285,39 +318,61 @@ def _accuracy_table(scores: pd.DataFrame, methods: list[str], tasks: list[str]) 
 
 
 def _accuracy_caption(confidence: str) -> str:
-    return (f"Value [{confidence} interval], in percent. With several seeds: the mean over seeds of the values and "
-            "bounds, then the min–max of the per-seed values. pass@k up to the largest k the samples allow "
-            "(the papers report pass@256 from 256 samples per problem).")
+    return (f"Value [{confidence} interval], in percent: the mean over seeds, with a two-level bootstrap interval "
+            "(seeds resampled, then problems), so that it holds the variation between training runs; with several "
+            "seeds, then the min–max of the per-seed values (without per-problem scores, the interval is the mean "
+            "of the per-seed bounds). pass@k up to the largest k the samples allow (the papers report pass@256 from "
+            "256 samples per problem).")
+
+
+PAIRED_METRICS = {"greedy": (GREEDY, 1), "pass@1": (PASS, 1), "pass@n": (PASS, None)}
+"""The paired tables' metrics: label -> (metric, k); k None is n, the samples per problem both drew."""
+
+
+def _paired_cell(problems: ProblemScores, method: str, reference: str, task: str, label: str,
+                 intervals: Intervals) -> str:
+    """`method` minus `reference` on their shared problems of `task`, with its interval; "—" where there is none."""
+    if reference == method or not problems.has(method, task) or not problems.has(reference, task):
+        return MISSING
+    metric, k = PAIRED_METRICS[label]
+    n = min(problems.samples(method, task), problems.samples(reference, task))
+    if metric == PASS and n < 1:
+        return MISSING
+    diff = paired_difference(problems.per_seed(method, task, metric, k or n),
+                             problems.per_seed(reference, task, metric, k or n), intervals)
+    return MISSING if diff is None else _signed(diff) + (f" (n={n})" if k is None else "")
 
 
 def _paired_table(problems: ProblemScores, methods: list[str], tasks: list[str], intervals: Intervals) -> pd.DataFrame:
     """Task x method: the paired difference to the base model and to GRPO on the same problems, for
     greedy accuracy, pass@1 and pass@n (n: the samples per problem both ran)."""
+    columns = {(reference, label): f"vs {display_name(reference)}: {label}"
+               for reference in REFERENCES for label in PAIRED_METRICS}
     rows = []
     for task in tasks:
         for method in methods:
-            if not problems.has(method, task):
-                continue
-            row = {"Task": task, "Method": display_name(method)}
-            for reference in REFERENCES:
-                for label, metric, k in (("greedy", GREEDY, 1), ("pass@1", PASS, 1), ("pass@n", PASS, None)):
-                    column = f"vs {display_name(reference)}: {label}"
-                    if reference == method or not problems.has(reference, task):
-                        row[column] = MISSING
-                        continue
-                    n = min(problems.samples(method, task), problems.samples(reference, task))
-                    if metric == PASS and n < 1:
-                        row[column] = MISSING
-                        continue
-                    k = n if k is None else k
-                    diff = paired_difference(problems.values(method, task, metric, k),
-                                             problems.values(reference, task, metric, k), intervals)
-                    row[column] = MISSING if diff is None else _signed(diff) + (f" (n={n})" if label == "pass@n" else "")
-            if any(value != MISSING for value in list(row.values())[2:]):
-                rows.append(row)
-    columns = ["Task", "Method"] + [f"vs {display_name(r)}: {label}" for r in REFERENCES
-                                    for label in ("greedy", "pass@1", "pass@n")]
-    return pd.DataFrame(rows, columns=columns)
+            cells = {title: _paired_cell(problems, method, reference, task, label, intervals)
+                     for (reference, label), title in columns.items()}
+            if any(value != MISSING for value in cells.values()):
+                rows.append({"Task": task, "Method": display_name(method), **cells})
+    return pd.DataFrame(rows, columns=["Task", "Method", *columns.values()])
+
+
+def _warm_start_table(problems: ProblemScores, header: dict, tasks: list[str], intervals: Intervals) -> pd.DataFrame:
+    """Per task where ESSA and its warm start alone (SFT) were both scored: ESSA minus SFT beside
+    ESSA minus GRPO, greedy and pass@n, and whether SFT's warm-start settings are ESSA's."""
+    method, control = WARM_START
+    mismatch = claim_checks.control_mismatch(header, method, control)
+    setting = f"does not match: {'; '.join(mismatch)}" if mismatch else f"{display_name(method)}'s warm start"
+    columns = {(reference, label): f"{display_name(method)} − {display_name(reference)}: {label}"
+               for label in ("greedy", "pass@n") for reference in (control, "grpo")}
+    rows = []
+    for task in tasks:
+        if problems.has(method, task) and problems.has(control, task):
+            cells = {title: _paired_cell(problems, method, reference, task, label, intervals)
+                     for (reference, label), title in columns.items()}
+            rows.append({"Task": task, **cells, "SFT's settings": setting})
+    return pd.DataFrame(rows, columns=["Task", *columns.values(), "SFT's settings"])
 
 
 def _signed(diff: dict) -> str:
@@ -327,8 +382,9 @@ def _signed(diff: dict) -> str:
 def _paired_caption(confidence: str) -> str:
     return ("Each method minus the base model, and minus GRPO, on the same test problems: per problem, each "
             "method's score averaged over its seeds; the mean difference over the problems both were scored on, "
-            f"with a {confidence} bootstrap interval over those problems. pass@n is pass@k at k = n, the samples per "
-            "problem. \"—\": the reference was not run on the task (or is the method itself).")
+            f"with a {confidence} two-level bootstrap interval (each method's seeds resampled on their own, then the "
+            "shared problems, once for both). pass@n is pass@k at k = n, the samples per problem. \"—\": the "
+            "reference was not run on the task (or is the method itself).")
 
 
 # ---------------------------------------------------------------- cost
@@ -427,11 +483,14 @@ def _curve_series(histories: list[dict], task: str) -> list[dict]:
 
 
 def _claims_table(rows: list[dict]) -> pd.DataFrame:
+    columns = ["Claim", "Paper", "Paper's figure", "Ours (this run)", "Scale", "Verdict", "Detectable effect",
+               "Rule or reason"]
     return pd.DataFrame(
         [{"Claim": row["claim"], "Paper": display_name(row["paper"]), "Paper's figure": row["paper_figure"],
           "Ours (this run)": row["ours"], "Scale": row["scale"], "Verdict": row["verdict"],
+          "Detectable effect": MISSING if row["detectable"] is None else f"{100 * row['detectable']:.1f} pp",
           "Rule or reason": row["reason"]} for row in rows],
-        columns=["Claim", "Paper", "Paper's figure", "Ours (this run)", "Scale", "Verdict", "Rule or reason"])
+        columns=columns)
 
 
 def _crosscheck_table(checks: list[dict], problems: ProblemScores, methods: list[str], tasks: list[str],
@@ -482,6 +541,27 @@ def _crosscheck_table(checks: list[dict], problems: ProblemScores, methods: list
     return pd.DataFrame(rows, columns=columns).fillna(MISSING)
 
 
+def _verdict_rules(min_seeds: int, confidence: float) -> str:
+    """How every verdict is decided, in words (reports/claims.py), before each claim's own rule."""
+    tail = (1 - confidence) / 2
+    return (
+        "Verdicts: supported, not supported, inconclusive at this scale, not run (a method the claim compares did "
+        "not run on its task), missing data (a metric the comparison needs is not in the result files, named in the "
+        "row). A verdict is definite (supported or not supported) only where this run could tell: each compared "
+        f"method has at least {min_seeds} training seeds (report.min_seeds); for a comparison with a bootstrap "
+        "interval, the smallest effect the run could detect, shown in the row, is no larger than the claim's margin "
+        "(that effect is the interval's half-width, and never less than the resolution of its n test problems, "
+        f"1 − {tail:g}^(1/n): {_floor(8, tail):.0f} points for 8 problems, {_floor(200, tail):.1f} for 200, so that "
+        "an interval of [0, 0] from all-zero data is not read as certainty); and a parity or gain claim compares "
+        "methods off the floor: GRPO's greedy accuracy beats the base model's on the task, else no method moved. "
+        "Where any of these fails, or the claim's own preconditions do, the verdict is inconclusive at this scale "
+        "and the row says why. The rule of each claim:")
+
+
+def _floor(problems: int, tail: float) -> float:
+    return 100 * (1 - tail ** (1 / problems))
+
+
 def _crosscheck_caption(header: dict, confidence: str) -> str:
     setting = header.get("crosscheck") or {}
     if setting and not setting.get("enabled", True):
@@ -491,7 +571,8 @@ def _crosscheck_caption(header: dict, confidence: str) -> str:
     return ("Greedy GSM8K and MATH accuracy of each single-model result scored by lm-evaluation-harness "
             "(simple_evaluate over an HFLM of the loaded model, zero-shot, with task YAMLs that read the same "
             f"prepared test split) on {scope}, beside nograd's own greedy accuracy on the same problems with its "
-            f"{confidence} interval. The prompt (the model's chat template, rendered by lm-eval) and the verifier are "
+            f"{confidence} bootstrap interval over those problems (not over seeds: both loops scored the same trained "
+            "models). The prompt (the model's chat template, rendered by lm-eval) and the verifier are "
             "nograd's, so only the generation loop differs: a flag means one of the two loops produced different "
             "answers. Identical completions: greedy texts equal character for character.")
 
@@ -601,14 +682,18 @@ def _notes(confidence: str, resamples: int) -> list[str]:
         "pass@k: the chance that at least one of k samples is correct, from n samples per problem "
         "of which c are correct, with the unbiased estimator 1 − C(n−c, k) / C(n, k) of Chen et al. "
         "(2021), averaged over test problems. pass@1 is the mean share of correct samples.",
-        f"Intervals: {confidence} percentile bootstrap over test problems ({resamples} "
-        "resamples of the problems, with replacement): they measure how much the figure depends on "
-        "which problems are in the test set, not the variation between training seeds. With several "
-        "seeds the table shows the mean of the per-seed values and bounds, then the per-seed min–max.",
+        f"Intervals: {confidence} percentile two-level bootstrap ({resamples} resamples; the hierarchical "
+        "bootstrap of rliable, Agarwal et al. 2021): each resample draws the training seeds with replacement, "
+        "then the test problems, so an interval holds both how much the figure depends on which problems are in "
+        "the test set and how much it varies between training runs. With one seed it is the bootstrap over "
+        "problems. With several seeds the accuracy table also shows the per-seed min–max.",
         "Paired differences and claim checks compare methods problem by problem (each method's per-problem "
-        "score averaged over its seeds) with the same bootstrap over the shared problems.",
+        "score averaged over its seeds): each method's seeds are resampled on their own (seed k of two methods "
+        "are separate training runs that share only a number, and the methods need not have the same seeds), "
+        "the shared problems once for both.",
         "Cost: peak memory is peak RSS on CPU and peak allocated memory on GPU. Forward passes count "
-        "sequences; forward-equivalents = forward passes + 2 × backward passes. Inference passes per "
+        "sequences; forward-equivalents = forward passes + 2 × backward passes + recompute passes (gradient "
+        "checkpointing's second forward). Inference passes per "
         "answer is 1 for a single model and K for an ensemble of K members, whose test-time cost "
         "is K times as large.",
     ]

@@ -4,9 +4,11 @@ Each evaluation's `completions.jsonl` holds every greedy and sampled completion 
 `collect` reduces it to one row per problem (greedy correctness, correct samples out of n), and
 the report compares two methods problem by problem: a method's per-problem score is its mean
 over seeds, the difference is taken on the problems both were scored on, and its interval is
-evals/passk.py's percentile bootstrap over those problems. Pairing removes the part of the
-uncertainty that comes from which problems are in the test set and is shared by both methods,
-so a paired interval is narrower than the two methods' intervals side by side.
+evals/passk.py's two-level bootstrap: each method's seeds resampled on their own, then the shared
+problems once for both. Pairing removes the part of the uncertainty that comes from which
+problems are in the test set and is shared by both methods, so a paired interval is narrower
+than the two methods' intervals side by side; resampling the seeds keeps the part that comes
+from which training runs happened to be drawn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE, mean_ci, pass_at_k
+from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE, combination_ci, mean_ci, pass_at_k
 
 GREEDY = "greedy"
 PASS = "pass@k"
@@ -57,11 +59,17 @@ class Intervals:
     seed: int = 0
 
     def mean(self, values) -> dict:
+        """Mean of one value per problem, or of a (seeds x problems) matrix (two-level bootstrap)."""
         return mean_ci(values, bootstrap_samples=self.bootstrap_samples, confidence=self.confidence, seed=self.seed)
+
+    def combination(self, terms, coefficients) -> dict:
+        """sum_i c_i x mean(terms[i]) over the same problems (see evals.passk.combination_ci)."""
+        return combination_ci(terms, coefficients, bootstrap_samples=self.bootstrap_samples,
+                              confidence=self.confidence, seed=self.seed)
 
 
 class ProblemScores:
-    """Per-problem scores of every (method, task), each a mean over the seeds that were evaluated.
+    """Per-problem scores of every (method, task), per seed or as a mean over the seeds evaluated.
 
     Built from `collect`'s per-problem rows: `{"method", "task", "seed", "n", "problems": {id:
     [greedy, correct samples]}}`.
@@ -82,11 +90,12 @@ class ProblemScores:
         """Samples per problem (n); the smallest over seeds, should they differ."""
         return min((row["n"] for row in self._runs.get((method, task), [])), default=0)
 
-    def values(self, method: str, task: str, metric: str, k: int = 1, seeds=None) -> dict[str, float]:
-        """Problem id -> the metric on that problem, averaged over seeds (all, or those given):
-        greedy correctness, or the unbiased pass@k from its correct samples. Only problems every
-        seed scored count."""
-        runs = [run for run in self._runs.get((method, task), []) if seeds is None or run["seed"] in seeds]
+    def per_seed(self, method: str, task: str, metric: str, k: int = 1, seeds=None) -> dict[str, np.ndarray]:
+        """Problem id -> the metric on that problem in each seed (all, or those given; in seed
+        order): greedy correctness, or the unbiased pass@k from its correct samples. Only problems
+        every seed scored count."""
+        runs = sorted((run for run in self._runs.get((method, task), []) if seeds is None or run["seed"] in seeds),
+                      key=lambda run: run["seed"])
         if not runs:
             return {}
         shared = set.intersection(*(set(run["problems"]) for run in runs))
@@ -95,19 +104,29 @@ class ProblemScores:
             if problem not in shared:
                 continue
             if metric == GREEDY:
-                per_seed = [run["problems"][problem][0] for run in runs]
+                out[problem] = np.array([run["problems"][problem][0] for run in runs], dtype=float)
             else:
-                per_seed = [pass_at_k(run["n"], run["problems"][problem][1], k) for run in runs]
-            out[problem] = float(np.mean(per_seed))
+                out[problem] = np.array([pass_at_k(run["n"], run["problems"][problem][1], k) for run in runs])
         return out
 
+    def values(self, method: str, task: str, metric: str, k: int = 1, seeds=None) -> dict[str, float]:
+        """Problem id -> the metric on that problem averaged over seeds (see `per_seed`)."""
+        return {p: float(v.mean()) for p, v in self.per_seed(method, task, metric, k, seeds).items()}
 
-def paired_difference(a: dict[str, float], b: dict[str, float], intervals: Intervals) -> dict | None:
-    """Mean over shared problems of a - b, with its bootstrap interval; None when none are shared."""
+
+def seed_matrix(per_seed: dict[str, np.ndarray], problems) -> np.ndarray:
+    """(seeds x problems) matrix of `per_seed` scores on the given problems, in their order."""
+    return np.stack([per_seed[p] for p in problems], axis=1)
+
+
+def paired_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray], intervals: Intervals) -> dict | None:
+    """Mean over shared problems of a - b (per-seed scores, as `ProblemScores.per_seed` gives them),
+    with its two-level bootstrap interval; None when no problem is shared."""
     shared = [problem for problem in a if problem in b]
     if not shared:
         return None
-    return {**intervals.mean([a[p] - b[p] for p in shared]), "problems": len(shared)}
+    return {**intervals.combination([seed_matrix(a, shared), seed_matrix(b, shared)], [1.0, -1.0]),
+            "problems": len(shared)}
 
 
 # ---------------------------------------------------------------- training histories
