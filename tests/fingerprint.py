@@ -1,0 +1,83 @@
+"""What a DAG run produced that must not change when the code is reorganised: every evaluated
+completion, score and interval, every counted query, and the report's text, with what differs
+between two runs of the same code left out (times, memory, dates, commits, hashes of the config,
+the model's temporary path).
+
+A DAG test compares its run with the fingerprint in tests/golden/<test>.json, written by the
+code before a refactoring (`NOGRAD_WRITE_GOLDEN=1 pytest tests/test_pipeline.py`). Greedy
+decoding of a random model is bit-exact only with the same CPU kernels, so the fingerprint
+records torch's CPU capability and a machine with another compares nothing, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+VOLATILE = re.compile(r"(_s|_mb|time|wall|memory|date|commit|hash|run_id|version|hardware)$")
+"""Keys whose values differ between two runs of the same code."""
+TIMED_TABLE = re.compile(r"\((s|MB)\)")
+
+
+def _stable(value, model: str):
+    if isinstance(value, dict):
+        return {k: _stable(v, model) for k, v in value.items() if not VOLATILE.search(k)}
+    if isinstance(value, list):
+        return [_stable(v, model) for v in value]
+    if isinstance(value, str):
+        return value.replace(model, "<model>")
+    return value
+
+
+def _report(text: str, model: str) -> list[str]:
+    """The report's lines, less tables of times and memory, with run-specific values masked and
+    runs of spaces and dashes squeezed (a table's padding follows the longest cell, the model's path)."""
+    text = text.replace(model, "<model>")
+    text = re.sub(r"\b[0-9a-f]{40}(-dirty)?", "<commit>", text)
+    text = re.sub(r"(?<![0-9a-f])[0-9a-f]{12}\b", "<hash>", text)
+    text = re.sub(r"\d{4}-\d{2}-\d{2}", "<date>", text)
+    text = re.sub(r"[\d,.]+ s of training and evaluation jobs", "<seconds> of training and evaluation jobs", text)
+    text = re.sub(r"(Job time .*:\*\*) [\d,.]+ s", r"\1 <seconds>", text)
+    text = re.sub(" {2,}", " ", re.sub("-{3,}", "---", text))
+    kept, table = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table and not TIMED_TABLE.search(table[0]):
+            kept += table
+        table = []
+        kept.append(line)
+    return kept
+
+
+def fingerprint(results: Path, model: Path) -> dict:
+    model = str(model)
+    completions = {str(p.relative_to(results)): [json.loads(line) for line in p.read_text().splitlines()]
+                   for p in sorted(results.glob("eval/*/*/*/completions.jsonl"))}
+    return {
+        "summary": _stable(json.loads((results / "summary.json").read_text()), model),
+        "completions": _stable(completions, model),
+        "report": _report((results / "report" / "report.md").read_text(), model),
+    }
+
+
+def assert_unchanged(name: str, results: Path, model: Path) -> None:
+    """The run in `results` matches tests/golden/<name>.json (or writes it, with NOGRAD_WRITE_GOLDEN=1)."""
+    path = GOLDEN / f"{name}.json"
+    found = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), **fingerprint(results, model)}
+    if os.environ.get("NOGRAD_WRITE_GOLDEN"):
+        path.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+        return
+    golden = json.loads(path.read_text())
+    if golden["cpu_capability"] != found["cpu_capability"]:
+        pytest.skip(f"{path.name} was written with {golden['cpu_capability']} CPU kernels, this machine has "
+                    f"{found['cpu_capability']}: greedy decoding of a random model can differ in the last bit")
+    for part in ("summary", "completions", "report"):
+        assert found[part] == golden[part], f"the run's {part} differs from {path.name}"
