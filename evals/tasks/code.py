@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from evals.sandbox import run_program
+from evals.tasks import register_task
 from evals.tasks.base import (
     Problem,
     Source,
     Task,
     hub_attempt,
     load_first,
-    package_file,
-    package_version,
     seeded_split,
 )
+from harness.packages import package_file, package_version
 
 HUMANEVAL_SEED = 0
 HUMANEVAL_TEST_FRACTION = 0.5
@@ -80,6 +80,7 @@ def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
     return problems
 
 
+@register_task
 class Code(Task):
     """HumanEval (test) and MBPP (train, when the hub is reachable), checked by running tests."""
 

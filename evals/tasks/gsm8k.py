@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from evals.tasks import register_task
 from evals.tasks.base import (
     Attempt,
     Problem,
@@ -30,10 +31,9 @@ from evals.tasks.base import (
     hub_attempt,
     load_first,
     local_attempt,
-    package_file,
-    package_version,
     read_jsonl,
 )
+from harness.packages import package_file, package_version
 
 SYMBOLIC_SEED = 0
 SYMBOLIC_COUNT = 2000
@@ -128,10 +128,12 @@ def _canonical_number(text: str) -> str | None:
         return cleaned
 
 
+@register_task
 class GSM8K(Task):
     """GSM8K with the verl prompt and reward (strict '####' answer, flexible fallback)."""
 
     name = "gsm8k"
+    crosscheck = True
 
     def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
         def convert(rows: list[dict[str, Any]]) -> list[Problem]:

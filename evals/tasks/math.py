@@ -19,6 +19,7 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from evals.tasks import register_task
 from evals.tasks.base import (
     Attempt,
     Problem,
@@ -28,10 +29,9 @@ from evals.tasks.base import (
     hub_rows,
     load_first,
     local_attempt,
-    package_file,
-    package_version,
     seeded_split,
 )
+from harness.packages import package_file, package_version
 
 HENDRYCKS_SUBJECTS = (
     "algebra",
@@ -166,10 +166,12 @@ def champ_split(split: str) -> tuple[list[Problem], Source]:
     return chosen, Source("package", "champ-dataset", package_version("champ-dataset"), note)
 
 
+@register_task
 class MATH(Task):
     """MATH-500 / Hendrycks MATH with the Qwen-math prompt, graded by math-verify."""
 
     name = "math"
+    crosscheck = True
     system_prompt = "Please reason step by step, and put your final answer within \\boxed{}."
 
     def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
