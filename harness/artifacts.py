@@ -7,6 +7,9 @@
 - `ensemble`: `members`, each an artifact of the kinds above, answering by majority vote.
 `members` yields the models to query for one answer, one at a time, so an ensemble of K
 seed-list members costs one model in memory and K inference passes per answer.
+
+Its fields are typed by `harness.contract.Artifact`, defined beside the run a method gets so that
+naming a method's return type imports none of the loading code here.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from pathlib import Path
 from typing import Iterator
 
 from harness import meters, models
+from harness.contract import Artifact
 from harness.outputs import atomic_dir
 from harness.perturb import combine_
 
 
-def inference_passes(artifact: dict) -> int:
+def inference_passes(artifact: Artifact) -> int:
     return len(artifact["members"]) if artifact["kind"] == "ensemble" else 1
 
 
-def load(spec: dict, dtype: str = "float32", device: str = "auto"):
+def load(spec: Artifact, dtype: str = "float32", device: str = "auto"):
     """(model, tokenizer) of a single-model artifact; `base` is the path of the starting model."""
     kind = spec["kind"]
     if kind == "model":
@@ -41,13 +45,14 @@ def load(spec: dict, dtype: str = "float32", device: str = "auto"):
     raise ValueError(f"unknown artifact kind {kind!r}")
 
 
-def specs(artifact: dict) -> list[dict]:
+def specs(artifact: Artifact) -> list[Artifact]:
     """The single-model artifacts an artifact answers with: its members, or itself."""
     members = artifact["members"] if artifact["kind"] == "ensemble" else [artifact]
     return [{"base": artifact.get("base"), **spec} for spec in members]
 
 
-def each_member(artifact: dict, meter: meters.Meters, dtype: str = "float32", device: str = "auto") -> Iterator[tuple]:
+def each_member(artifact: Artifact, meter: meters.Meters, dtype: str = "float32",
+                device: str = "auto") -> Iterator[tuple]:
     """(model, tokenizer) for each member in turn, metered; one member in memory at a time."""
     for spec in specs(artifact):
         model, tokenizer = load(spec, dtype, device)
@@ -56,7 +61,7 @@ def each_member(artifact: dict, meter: meters.Meters, dtype: str = "float32", de
         meter.detach()
 
 
-def served(spec: dict, directory: Path, dtype: str = "float32") -> str:
+def served(spec: Artifact, directory: Path, dtype: str = "float32") -> str:
     """A directory holding a single-model artifact's weights, for an engine that loads weights
     from disk (vLLM): a model's own path; else the model `load` builds, written to `directory`
     once (an adapter merged into its base, a seed list applied)."""

@@ -11,7 +11,7 @@ import math
 import random
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Callable, Iterator, Sequence
 
 import mlflow
 import numpy as np
@@ -24,12 +24,10 @@ from evals.tasks import get_task
 from evals.tasks.base import Problem
 from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
+from harness.contract import Artifact, Score
 from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, read_json, work_dir, write_json
 from methods import get_method
-
-Score = Literal["reward", "correctness"]
-"""What a rollout's rewards are: `Run.reward` (correctness plus the format term) or correctness alone."""
 
 HOLD_OUT_STREAM = 1
 """Mixed with the run's seed to seed the held-out draw, so that it never consumes or mirrors `Run.rng`."""
@@ -42,8 +40,9 @@ def seed_everything(seed: int) -> None:
 
 
 class Run:
-    """What a method works with. Attributes a method may read: `config` (the whole experiment
-    config), `model`, `tokenizer`, `task`, `train` (the training problems, less any held-out set,
+    """What a method works with: the harness's implementation of `harness.contract.Run`, the contract
+    that says which of its members a method may use. Attributes a method may read: `config` (the
+    whole experiment config), `model`, `tokenizer`, `task`, `train` (the training problems, less any held-out set,
     see `hold_out`), `rng` (a numpy Generator seeded by the run's seed) and `state` (a dict the
     method fills with whatever it must carry across a resume; it is saved with every checkpoint).
     `stages` holds the meters spent in each of the method's separately reported stages (see `stage`)."""
@@ -169,7 +168,8 @@ class Run:
         """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
         missing = [p.id for p in problems if not p.solution]
         if missing:
-            raise NogradError(f"task {self.task.name}: no reference solution for {missing[0]} (loss objectives need one)")
+            raise NogradError(f"task {self.task.name}: no reference solution for {missing[0]} "
+                              "(loss objectives need one)")
         prompts = self.prompts(problems)
         eos = self.tokenizer.eos_token or ""
         rows, masks = [], []
@@ -206,7 +206,8 @@ class Run:
         `logged_elsewhere` holds metrics a library already logs to the same MLflow run (TRL's
         loss and reward): they join the history (and the report's curves) but are not logged twice."""
         record = {**{k: float(v) for k, v in metrics.items()}, **self.meters.snapshot()}
-        self.history.append({"step": self._step, **record, **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
+        self.history.append({"step": self._step, **record,
+                             **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
         mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
 
     def steps(self, total: int, evaluate: Callable[[], dict[str, float]] | None = None,
@@ -310,11 +311,11 @@ class Run:
 
     # ------------------------------------------------------------------ artifacts
 
-    def base_artifact(self) -> dict:
+    def base_artifact(self) -> Artifact:
         """The untrained starting model."""
         return {"kind": "model", "path": self.model_manifest["path"], "trained": False}
 
-    def save_model(self) -> dict:
+    def save_model(self) -> Artifact:
         """The trained model in the standard format `from_pretrained` loads."""
         path = self.out_dir / "model"
         with atomic_dir(path) as tmp:
@@ -322,7 +323,7 @@ class Run:
             self.tokenizer.save_pretrained(tmp)
         return {"kind": "model", "path": str(path.resolve()), "trained": True}
 
-    def save_adapter(self) -> dict:
+    def save_adapter(self) -> Artifact:
         """The trained PEFT adapter (the run's model must be a PeftModel), loaded on top of the base."""
         path = self.out_dir / "adapter"
         with atomic_dir(path) as tmp:
@@ -330,18 +331,18 @@ class Run:
         return {"kind": "adapter", "path": str(path.resolve()), "trained": True}
 
     @staticmethod
-    def seeds_artifact(terms: list[tuple[int, float]], mode: str = "iid") -> dict:
+    def seeds_artifact(terms: list[tuple[int, float]], mode: str = "iid") -> Artifact:
         """The base model plus sum_j coef_j * noise(seed_j): a model stored as its seeds."""
         return {"kind": "seeds", "terms": [[int(s), float(c)] for s, c in terms], "mode": mode, "trained": True}
 
     @staticmethod
-    def ensemble_artifact(members: list[dict]) -> dict:
+    def ensemble_artifact(members: list[Artifact]) -> Artifact:
         """Members (single-model artifacts) that answer by majority vote: K inference passes per answer."""
         return {"kind": "ensemble", "members": members, "trained": True}
 
 
 def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
-          tracking_file: Path, out: Path) -> dict:
+          tracking_file: Path, out: Path) -> Artifact:
     """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`."""
     spec = get_method(method)
     out_dir = out.parent

@@ -17,7 +17,7 @@ class SyntheticRun:
 
     `rollout` returns these 0/1 rewards for the current parameters and keeps, in `scores`, what
     each call asked for (`score`: reward or correctness); `train`, `rng`, `state`, `steps`, `log`
-    and the artifact helpers behave as the real run's (no checkpoints)."""
+    and the artifact helpers behave as the real run's (no checkpoints, no `evaluate` in `steps`)."""
 
     method = "synthetic"
 
@@ -51,15 +51,16 @@ class SyntheticRun:
         along = float(self.displacement() @ self.direction)
         return np.array([float(along > self.thresholds[j]) for j in problems])
 
-    def rollout(self, problems, n: int = 1, temperature: float = 0.0, score: str = "reward"):
+    def rollout(self, problems, n: int = 1, temperature: float = 0.0, top_p: float = 1.0, score: str = "reward"):
         self.rollouts += 1
         self.scores.append(score)
         return None, np.repeat(self.rewards(problems)[:, None], n, axis=1)
 
-    def steps(self, total: int):
+    def steps(self, total: int, evaluate=None, eval_every: int = 0):
         for step in range(total):
             self._step = step
             yield step
 
-    def log(self, **metrics: float) -> None:
+    def log(self, logged_elsewhere: dict[str, float] | None = None, **metrics: float) -> None:
+        metrics = {**metrics, **(logged_elsewhere or {})}
         self.history.append({"step": self._step, **{k: float(v) for k, v in metrics.items()}})

@@ -143,8 +143,9 @@ class QuadraticRun:
     def gradient_norms(self):
         return (self.a @ self.model.theta - self.b).abs() * self.a.norm(dim=1)
 
-    def loss(self, problems):
-        """Per-example losses of `problems`; each call is kept as (indices, losses)."""
+    def loss(self, problems, grad=False):
+        """Per-example losses of `problems` (`grad` unused: the gradients are known); each call is kept
+        as (indices, losses)."""
         picks = [int(p.id[2:]) for p in problems]
         self.calls.append((picks, self.losses()[picks]))
         return self.calls[-1][1]
@@ -157,12 +158,13 @@ class QuadraticRun:
     def steps(self, total, evaluate=None, eval_every=0):
         return iter(range(total))
 
-    def log(self, **metrics):
+    def log(self, logged_elsewhere=None, **metrics):
         """Also keeps SAZO's scores after the step: the law of the next step's draw."""
-        self.history.append({**metrics, "scores": self.state.get("scores", np.empty(0)).copy()})
+        scores = self.state.get("scores", np.empty(0)).copy()
+        self.history.append({**metrics, **(logged_elsewhere or {}), "scores": scores})
 
     def save_model(self):
-        return {"kind": "model"}
+        return {"kind": "model", "trained": True}
 
 
 def test_beta_zero_and_the_warm_up_are_mezo_step_for_step():
