@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
-from evals.crosscheck import TASKS as LM_EVAL_TASKS
+from evals.tasks import get_task
 from harness import config as configuration
 from harness.errors import NogradError
-from reports.render import FIGURE_TITLES
-from reports.render import outputs as report_outputs
+from reports.files import FIGURE_TITLES
+from reports.files import outputs as report_outputs
 
 # `snakemake --report results/report/snakemake.html` after a run: this page, the report rule's
 # tables and figures with their captions, and the workflow's provenance (rules, code, runtimes).
@@ -32,8 +32,13 @@ except NogradError as error:
     raise WorkflowError(str(error)) from None
 
 METHODS, TASKS, SEEDS = list(CONFIG.methods), list(CONFIG.tasks), CONFIG.seeds
-CROSSCHECK_TASKS = [t for t in TASKS if t in LM_EVAL_TASKS] if CONFIG.evaluation.crosscheck else []
+CROSSCHECK_TASKS = [t for t in TASKS if get_task(t).crosscheck] if CONFIG.evaluation.crosscheck else []
 NOGRAD = f"{sys.executable} -m harness.cli"
+
+
+def data_dir(wildcards, input):
+    """The prepared task's directory: where the data rule wrote its manifest."""
+    return Path(input.data).parent
 
 
 def job_config(method=None, task=None, seed=None, report=False):
@@ -46,13 +51,6 @@ wildcard_constraints:
     method="|".join(METHODS),
     task="|".join(TASKS),
     seed=r"\d+",
-
-
-rule all:
-    input:
-        "results/report/report.md",
-        "results/report/report.html",
-    default_target: True
 
 
 rule model:
@@ -103,14 +101,15 @@ rule tracking:
 # profile) gives each job more cores, and `-j` bounds how many share the device.
 rule train:
     input:
-        model="results/model/manifest.json",
-        data="results/data/{task}/manifest.json",
-        tracking="results/tracking.json",
+        model=rules.model.output[0],
+        data=rules.data.output[0],
+        tracking=rules.tracking.output[0],
     output:
         artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
         metrics="results/train/{method}/{task}/seed{seed}/metrics.json",
     params:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+        data=data_dir,
     threads: 1
     log:
         "results/logs/train/{method}/{task}/seed{seed}.log",
@@ -118,20 +117,22 @@ rule train:
         "results/benchmarks/train/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} train --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --model {input.model} --data results/data/{wildcards.task} "
+        "--seed {wildcards.seed} --model {input.model} --data {params.data} "
         "--tracking {input.tracking} --out {output.artifact} 2>&1 | tee {log}"
 
 
 rule evaluate:
     input:
-        artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
-        data="results/data/{task}/manifest.json",
-        tracking="results/tracking.json",
+        artifact=rules.train.output.artifact,
+        train_metrics=rules.train.output.metrics,  # its training cost, logged beside the evaluation's own
+        data=rules.data.output[0],
+        tracking=rules.tracking.output[0],
     output:
         metrics="results/eval/{method}/{task}/seed{seed}/metrics.json",
         completions="results/eval/{method}/{task}/seed{seed}/completions.jsonl",
     params:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+        data=data_dir,
     threads: 1
     log:
         "results/logs/eval/{method}/{task}/seed{seed}.log",
@@ -139,7 +140,7 @@ rule evaluate:
         "results/benchmarks/eval/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} evaluate --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --artifact {input.artifact} --data results/data/{wildcards.task} "
+        "--seed {wildcards.seed} --artifact {input.artifact} --data {params.data} "
         "--tracking {input.tracking} --out {output.metrics} 2>&1 | tee {log}"
 
 
@@ -147,14 +148,15 @@ rule evaluate:
 # the report to show beside nograd's own (evaluation.crosscheck, evaluation.crosscheck_size).
 rule crosscheck:
     input:
-        artifact="results/train/{method}/{task}/seed{seed}/artifact.json",
-        data="results/data/{task}/manifest.json",
+        artifact=rules.train.output.artifact,
+        data=rules.data.output[0],
     output:
         "results/crosscheck/{method}/{task}/seed{seed}.json",
     wildcard_constraints:
         task="|".join(CROSSCHECK_TASKS),
     params:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
+        data=data_dir,
     threads: 1
     log:
         "results/logs/crosscheck/{method}/{task}/seed{seed}.log",
@@ -162,20 +164,18 @@ rule crosscheck:
         "results/benchmarks/crosscheck/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} crosscheck --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --artifact {input.artifact} --data results/data/{wildcards.task} --out {output} "
+        "--seed {wildcards.seed} --artifact {input.artifact} --data {params.data} --out {output} "
         "2>&1 | tee {log}"
 
 
 rule collect:
     input:
-        metrics=expand("results/eval/{method}/{task}/seed{seed}/metrics.json", method=METHODS, task=TASKS, seed=SEEDS),
-        completions=expand("results/eval/{method}/{task}/seed{seed}/completions.jsonl", method=METHODS, task=TASKS,
-                           seed=SEEDS),
-        train=expand("results/train/{method}/{task}/seed{seed}/metrics.json", method=METHODS, task=TASKS, seed=SEEDS),
-        crosschecks=expand("results/crosscheck/{method}/{task}/seed{seed}.json", method=METHODS, task=CROSSCHECK_TASKS,
-                           seed=SEEDS),
-        model="results/model/manifest.json",
-        data=expand("results/data/{task}/manifest.json", task=TASKS),
+        metrics=expand(rules.evaluate.output.metrics, method=METHODS, task=TASKS, seed=SEEDS),
+        completions=expand(rules.evaluate.output.completions, method=METHODS, task=TASKS, seed=SEEDS),
+        train=expand(rules.train.output.metrics, method=METHODS, task=TASKS, seed=SEEDS),
+        crosschecks=expand(rules.crosscheck.output[0], method=METHODS, task=CROSSCHECK_TASKS, seed=SEEDS),
+        model=rules.model.output[0],
+        data=expand(rules.data.output[0], task=TASKS),
     output:
         json="results/summary.json",
         csv="results/summary.csv",
@@ -210,8 +210,8 @@ def reported(name):
 
 rule report:
     input:
-        summary="results/summary.json",
-        tracking="results/tracking.json",
+        summary=rules.collect.output.json,
+        tracking=rules.tracking.output[0],
     output:
         md="results/report/report.md",
         files=[reported(name) for name in report_outputs(TASKS) if name != "report.md"],
@@ -224,3 +224,9 @@ rule report:
     shell:
         "{NOGRAD} report --config-json {params.config:q} --summary {input.summary} --tracking {input.tracking} "
         "--out {output.md} 2>&1 | tee {log}"
+
+
+rule all:
+    input:
+        rules.report.output,
+    default_target: True

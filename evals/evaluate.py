@@ -28,7 +28,7 @@ from evals.tasks.base import Problem
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
 from harness.outputs import atomic_path, read_json, work_dir, write_json
-from reports.render import passk_figure
+from reports.figures import passk_of_result
 
 MODES = ("greedy", "sample")
 
@@ -133,7 +133,8 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
     with atomic_path(out_dir / "completions.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    tags = {"nograd.kind": "eval", "nograd.method": method, "nograd.model": cfg.model, "nograd.task": task_name, "nograd.seed": str(seed),
+    tags = {"nograd.kind": "eval", "nograd.method": method, "nograd.model": cfg.model, "nograd.task": task_name,
+            "nograd.seed": str(seed),
             "nograd.data_test": result["data"]["source"], "nograd.data_test_hash": result["data"]["hash"],
             "mlflow.parentRunId": artifact["run_id"], "nograd.train_run_id": artifact["run_id"]}
     with tracking.run(read_json(tracking_file), cfg, f"eval {method} {task_name} seed{seed}", tags):
@@ -143,7 +144,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         mlflow.log_artifact(str(out_dir / "completions.jsonl"))
         mlflow.log_table({key: [row[key] for row in result["pass_at_k"]] for key in ("k", "value", "low", "high")},
                          "pass_at_k.json")
-        mlflow.log_figure(passk_figure([result], task_name, cfg.model), f"passk_{task_name}.png")
+        mlflow.log_figure(passk_of_result(result, task_name, cfg.model), f"passk_{task_name}.png")
         write_json(out, result)
         mlflow.log_artifact(str(out))
     return result

@@ -271,10 +271,12 @@ def sample(model, tokenizer, prompts: list[str], params: SamplingParams, desc: s
                 generator = torch.Generator(model.device).manual_seed(params.seed * 1_000_003 + chunk)
             ids = decode(model, batch["input_ids"], batch["attention_mask"], [r - first for r in rows], params, stop,
                          generator, None if adapters is None else adapters[first : rows[-1] + 1],
-                         [row % params.n == 0 for row in range(start, start + len(rows))] if params.greedy_first else None)
+                         [row % params.n == 0 for row in range(start, start + len(rows))]
+                         if params.greedy_first else None)
             for tokens in ids:
                 finished = tokens[-1] in stop
-                completions.append(Completion(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finished))
+                completions.append(Completion(tokenizer.decode(tokens, skip_special_tokens=True),
+                                              len(tokens), finished))
                 generated += len(tokens)
             bar.update(len(rows))
             bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")

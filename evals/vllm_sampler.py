@@ -68,7 +68,8 @@ class VllmSampler:
                 requests.append((i, Request(n=1, temperature=0.0, max_tokens=params.max_new_tokens), greedy))
             if params.n > greedy:
                 requests.append((i, Request(n=params.n - greedy, temperature=params.temperature, top_p=params.top_p,
-                                            max_tokens=params.max_new_tokens, seed=(params.seed * 1_000_003 + i) % 2**31), 1))
+                                            max_tokens=params.max_new_tokens,
+                                            seed=(params.seed * 1_000_003 + i) % 2**31), 1))
         with meter.phase("generate"):
             outputs = self.llm.generate([prompts[i] for i, _, _ in requests], [r for _, r, _ in requests],
                                         lora_request=None if loras is None else [loras[i] for i, _, _ in requests],

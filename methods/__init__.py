@@ -1,39 +1,69 @@
-"""The method registry: one module per method, registered by name with its config dataclass.
+"""The method registry: one module per method, each registering one record with everything the
+rest of the suite needs to know about it (`register`).
 
 A method is a function `train(config, run) -> Artifact` that holds only its algorithm; the
-harness (`harness.training.Run`) owns the model, data, meters, tracking, seeds and outputs.
+harness owns the model, data, meters, tracking, seeds and outputs, and hands the method a `run`
+(the contract: `harness.contract.Run`). Adding a method is one file here plus its entry in
+config/config.yaml; `nograd schema` and `nograd paper-config` regenerate config/schema.yaml and
+config/paper.yaml from the records. Methods kept outside this repository register the same way
+from a file named in NOGRAD_PLUGINS (harness/plugins.py).
+
+Importing this package imports every method module, so a method module imports at its top only
+what is cheap (the standard library, numpy, torch and the suite's own modules): the Snakefile's
+parse and the data, collect and report jobs read the records and never train. Libraries that
+take seconds to import (TRL, peft, pycma, datasets) are imported where the algorithm uses them.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from harness import plugins
+from harness.contract import Artifact, ArtifactKind, Run
 from harness.errors import NogradError
 
 
 @dataclass(frozen=True)
 class Method:
+    """One method, as the suite knows it."""
+
     name: str
+    """The key in config files, directories and MLflow tags."""
     config: type
     """The documented config dataclass; its defaults are the paper's."""
-    train: Callable
-    paper: str
-    """Citation key line: authors, title, venue/arXiv id."""
+    train: Callable[[Any, Run], Artifact]
+    """The algorithm."""
+    display: str
+    """The name as its paper writes it, in every table and figure."""
+    order: int
+    """Where tables and figures list it: ascending, base model first."""
+    outputs: tuple[ArtifactKind, ...]
+    """The artifact kinds `train` may return."""
+    paper: str = ""
+    """One-line reference: authors, title, venue or arXiv id; empty for none."""
+    bibtex: str = ""
+    """The paper's BibTeX entry, for the report's 'How to cite'; empty for none."""
+    tiny: dict = field(default_factory=dict)
+    """Settings at which it trains in seconds on the tests' tiny model (tests/conftest.py): every
+    test that runs each method runs it at these."""
 
 
 METHODS: dict[str, Method] = {}
 
 
-def register(name: str, config: type, paper: str) -> Callable:
-    """Register a method's train function under `name` (the name used in config files)."""
+def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
+             paper: str = "", bibtex: str = "", tiny: dict | None = None) -> Callable:
+    """Register a method's train function under `name` with its record (see `Method`)."""
 
     def decorate(train: Callable) -> Callable:
         if name in METHODS:
             raise ValueError(f"method {name!r} is registered twice")
-        METHODS[name] = Method(name, config, train, paper)
+        METHODS[name] = Method(name, config, train, display, order,
+                               (outputs,) if isinstance(outputs, str) else tuple(outputs), paper, bibtex.strip(),
+                               dict(tiny or {}))
         return train
 
     return decorate
@@ -47,3 +77,4 @@ def get_method(name: str) -> Method:
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
+plugins.load()

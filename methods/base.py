@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from harness.contract import Artifact, Run
 from methods import register
 
 
@@ -10,6 +11,6 @@ class BaseConfig:
     """No settings: the base model is evaluated as loaded."""
 
 
-@register("base", config=BaseConfig, paper="")
-def train(config: BaseConfig, run) -> dict:
+@register("base", config=BaseConfig, display="Base model", order=0, outputs="model")
+def train(config: BaseConfig, run: Run) -> Artifact:
     return run.base_artifact()

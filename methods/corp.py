@@ -64,6 +64,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from harness.contract import Artifact, Run
 from harness.fitness import softmax
 from harness.perturb import combine_, trainable
 from methods import register
@@ -124,7 +125,8 @@ class CoRPConfig:
     noise: Literal["iid", "shared"] = "shared"
     """Noise across tensors: one seed re-used for every tensor (CoRP's code), or independent per tensor."""
     score: Literal["correctness", "reward"] = "correctness"
-    """Per-example score on the support, probe, select and gate sets: correctness (CoRP's code), or the training reward with its format term (reward.format_weight)."""
+    """Per-example score on the support, probe, select and gate sets: correctness (CoRP's code), or
+    the training reward with its format term (reward.format_weight)."""
 
 
 # ---------------------------------------------------------------- seed-coefficient space
@@ -257,7 +259,7 @@ def sample_local(rng: np.random.Generator, size: int, sigma: float, iso_lambda: 
 # ---------------------------------------------------------------- the stages
 
 
-def commit(run, config: CoRPConfig, direction: Direction, support) -> None:
+def commit(run: Run, config: CoRPConfig, direction: Direction, support) -> None:
     """Move the centre by `direction` in place and score it on the whole support set."""
     combine_(trainable(run.model), list(direction.items()), config.noise)
     centre = run.state["centre"]
@@ -266,7 +268,7 @@ def commit(run, config: CoRPConfig, direction: Direction, support) -> None:
     run.state["centre_support"] = run.rollout(support, score=config.score)[1][:, 0]
 
 
-def collapse(run, config: CoRPConfig, support, probe) -> None:
+def collapse(run: Run, config: CoRPConfig, support, probe) -> None:
     """Stage 1: the (q, beta, s) grid on the probe set; the best candidate becomes the centre."""
     members, rewards = run.state["members"], np.asarray(run.state["rewards"])
     population, basis = stack([{seed: sigma} for seed, sigma in members])
@@ -294,7 +296,7 @@ def collapse(run, config: CoRPConfig, support, probe) -> None:
             support_reward=run.state["centre_support"].mean(), probe_reward=probe_rewards.mean())
 
 
-def recentre(run, config: CoRPConfig, round_index: int, support, probe) -> bool:
+def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> bool:
     """Stage 2, one round; True when Stage 2 stops (enough accepted rounds, or out of patience)."""
     state = run.state
     progress = (round_index - 1) / (config.rounds - 1) if config.rounds > 1 else 1.0
@@ -366,10 +368,25 @@ def recentre(run, config: CoRPConfig, round_index: int, support, probe) -> bool:
     return config.patience > 0 and state["rejects"] >= config.patience
 
 
-@register("corp", config=CoRPConfig,
+BIBTEX = """
+@inproceedings{zhang2026corp,
+  author = {Zhang and Yang and Kasneci},
+  title = {Consolidating Rewarded Perturbations for {LLM} Post-Training},
+  booktitle = {COLM 2026 Workshop on Efficient Reasoning},
+  year = {2026},
+  eprint = {2605.31494},
+  archiveprefix = {arXiv},
+  note = {CoRP}
+}"""
+
+
+@register("corp", config=CoRPConfig, display="CoRP", order=90, outputs="seeds", bibtex=BIBTEX,
           paper="Zhang, Yang & Kasneci 2026, Consolidating Rewarded Perturbations for LLM Post-Training, "
-                "COLM Efficient Reasoning workshop (arXiv 2605.31494)")
-def train(config: CoRPConfig, run) -> dict:
+                "COLM Efficient Reasoning workshop (arXiv 2605.31494)",
+          tiny={"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
+                "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
+                "line_search": [1.0]})
+def train(config: CoRPConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     probe = train_slice(run, config.support_size, config.probe_size, "probe set")
     for step in run.steps(config.population + 1 + config.rounds):

@@ -40,20 +40,24 @@ on every worker, only the 4 lambda bytes of fitnesses would travel.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
-import cma
 import numpy as np
 
 from evals.tasks.base import Problem
 from harness import spaces
+from harness.contract import Artifact, Run
 from methods import register
-from methods.sft import SFTConfig, add_adapter, warm_start
+from methods.sft import ESSA_BIBTEX, TINY, SFTConfig, add_adapter, warm_start
+
+if TYPE_CHECKING:
+    import cma
 
 
 @dataclass
 class ESSAConfig(SFTConfig):
-    """ESSA's settings: the warm start's (SFTConfig) and the search's; the paper's values were not retrieved, so each default is a stated choice (module docstring)."""
+    """ESSA's settings: the warm start's (SFTConfig) and the search's; the paper's values were not
+    retrieved, so each default is a stated choice (module docstring)."""
 
     decompose: Literal["each", "product"] = "each"
     """'each': SVDs of lora_A and lora_B (2r values per layer); 'product': the SVD of their product BA (r values)."""
@@ -81,6 +85,8 @@ def new_search(x0: np.ndarray, config: ESSAConfig, seed: int) -> cma.CMAEvolutio
                "verb_disp": 0}
     if config.population_size is not None:
         options["popsize"] = config.population_size
+    import cma  # here: importing pycma takes a second, and only ESSA's training jobs need it
+
     return cma.CMAEvolutionStrategy(x0, config.sigma0 * float(np.abs(x0).mean()), options)
 
 
@@ -95,7 +101,7 @@ def generation(es: cma.CMAEvolutionStrategy, space: spaces.SingularValues,
     return rewards
 
 
-def scorer(config: ESSAConfig, run, space: spaces.SingularValues, batch: list[Problem]):
+def scorer(config: ESSAConfig, run: Run, space: spaces.SingularValues, batch: list[Problem]):
     """Mean greedy reward on `batch` of each candidate: all candidates in one batch (each a LoRA
     adapter of its own, `population_batch`), or one after another with the adapter rewritten."""
     def batched(candidates: list[np.ndarray]) -> np.ndarray:
@@ -112,8 +118,10 @@ def scorer(config: ESSAConfig, run, space: spaces.SingularValues, batch: list[Pr
     return batched if config.population_batch else in_turn
 
 
-@register("essa", config=ESSAConfig, paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)")
-def train(config: ESSAConfig, run) -> dict:
+@register("essa", config=ESSAConfig, display="ESSA", order=50, outputs="adapter", bibtex=ESSA_BIBTEX,
+          paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)",
+          tiny={**TINY, "generations": 2, "population_size": 2, "batch_size": 1})
+def train(config: ESSAConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):
         warm_start(config, run)

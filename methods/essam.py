@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from harness import fitness
+from harness.contract import Artifact, Run
 from harness.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
 from methods import register
 
@@ -140,7 +141,7 @@ def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float], rng:
             "evaluations": len(members) + len(adversarial), **metrics}
 
 
-def train(config: ESSAMConfig, run) -> dict:
+def train(config: ESSAMConfig, run: Run) -> Artifact:
     params = trainable(run.model)
     for _ in run.steps(config.steps):
         batch = run.batch(config.batch_size)
@@ -151,5 +152,17 @@ def train(config: ESSAMConfig, run) -> dict:
 
 PAPER = ("Sun, Dang, Dai, Ye 2026, ESSAM: A Novel Competitive Evolution Strategies Approach to Reinforcement "
          "Learning for Memory Efficient LLMs Fine-Tuning (arXiv 2602.01003)")
-register("essam", config=ESSAMConfig, paper=PAPER)(train)
-register("essam_f", config=ESSAMFConfig, paper=PAPER + ", accelerated variant ESSAM-F")(train)
+BIBTEX = """
+@misc{sun2026essam,
+  author = {Sun and Dang and Dai and Ye},
+  title = {{ESSAM}: A Novel Competitive Evolution Strategies Approach to Reinforcement Learning for Memory Efficient {LLMs} Fine-Tuning},
+  year = {2026},
+  eprint = {2602.01003},
+  archiveprefix = {arXiv},
+  note = {ESSAM and ESSAM-F}
+}"""  # noqa: E501
+TINY = {"steps": 1, "batch_size": 2, "population_size": 2}
+register("essam", config=ESSAMConfig, display="ESSAM", order=60, outputs="model", paper=PAPER, bibtex=BIBTEX,
+         tiny=TINY)(train)
+register("essam_f", config=ESSAMFConfig, display="ESSAM-F", order=70, outputs="model",
+         paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX, tiny={**TINY, "sam_population_size": 2})(train)

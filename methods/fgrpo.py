@@ -23,13 +23,15 @@ columns) and `_generate_and_score_completions` (to scale the advantages it retur
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
+from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from methods import register
-from methods.grpo import GRPOMethodConfig, MeteredGRPOTrainer, run_trainer
+from methods.grpo import TINY, GRPOMethodConfig, metered_trainer, run_trainer
 
 
 @dataclass
@@ -48,44 +50,62 @@ def focal_weights(correct: torch.Tensor, group_size: int, gamma: float) -> torch
     return torch.nan_to_num((1 - mu_hat).pow(gamma), nan=1.0).repeat_interleave(group_size)
 
 
-class FGRPOTrainer(MeteredGRPOTrainer):
-    """TRL's GRPOTrainer with focal-weighted advantages. The overridden methods are private to
-    TRL: the pin trl==1.16.0 (pyproject.toml, requirements.lock) is what guarantees that
-    `_calculate_rewards` returns the rewards gathered across processes (rows in group order) and
-    that `_generate_and_score_completions` returns this process's slice of the advantages under
-    "advantages", the slice [process_index * n, (process_index + 1) * n) of the gathered batch.
-    Check both before moving the pin."""
+@functools.cache
+def focal_trainer() -> type:
+    """`FGRPOTrainer`, defined at first use, on GRPO's trainer (see `methods.grpo.metered_trainer`)."""
 
-    def __init__(self, *args, gamma: float, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        if "correctness" not in self.reward_func_names:
-            raise ValueError(f"F-GRPO needs a reward function named 'correctness'; got {self.reward_func_names}")
-        self.focal_gamma = gamma
-        self._correctness_column = self.reward_func_names.index("correctness")
-        self._correct: torch.Tensor | None = None
+    class FGRPOTrainer(metered_trainer()):
+        """TRL's GRPOTrainer with focal-weighted advantages. The overridden methods are private to
+        TRL: the pin trl==1.16.0 (pyproject.toml, requirements.lock) is what guarantees that
+        `_calculate_rewards` returns the rewards gathered across processes (rows in group order) and
+        that `_generate_and_score_completions` returns this process's slice of the advantages under
+        "advantages", the slice [process_index * n, (process_index + 1) * n) of the gathered batch.
+        Check both before moving the pin."""
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._correct = rewards_per_func[:, self._correctness_column]
-        return rewards_per_func
+        def __init__(self, *args, gamma: float, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            if "correctness" not in self.reward_func_names:
+                raise ValueError(f"F-GRPO needs a reward function named 'correctness'; got {self.reward_func_names}")
+            self.focal_gamma = gamma
+            self._correctness_column = self.reward_func_names.index("correctness")
+            self._correct: torch.Tensor | None = None
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        weights = focal_weights(self._correct, group_size, self.focal_gamma)
-        start = self.accelerator.process_index * len(inputs)
-        advantages = output["advantages"]
-        output["advantages"] = advantages * weights[start : start + len(inputs)].to(advantages.device)
-        self._metrics[mode]["focal_weight/mean"].append(weights.mean().item())
-        self._correct = None
-        return output
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self._correct = rewards_per_func[:, self._correctness_column]
+            return rewards_per_func
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            mode = "train" if self.model.training else "eval"
+            group_size = self.num_generations if mode == "train" else self.num_generations_eval
+            weights = focal_weights(self._correct, group_size, self.focal_gamma)
+            start = self.accelerator.process_index * len(inputs)
+            advantages = output["advantages"]
+            output["advantages"] = advantages * weights[start : start + len(inputs)].to(advantages.device)
+            self._metrics[mode]["focal_weight/mean"].append(weights.mean().item())
+            self._correct = None
+            return output
+
+    return FGRPOTrainer
 
 
-@register("fgrpo", config=FGRPOConfig,
+BIBTEX = """
+@misc{plyusov2026fgrpo,
+  author = {Plyusov and Gorbatovski and Shaposhnikov and Sinii and Malakhov and Korotyshova and Gavrilov},
+  title = {Don't Let Your Policy Learn the Obvious and Forget the Rare},
+  year = {2026},
+  eprint = {2602.06717},
+  archiveprefix = {arXiv},
+  note = {F-GRPO}
+}"""
+
+
+@register("fgrpo", config=FGRPOConfig, display="F-GRPO", order=30, outputs=("model", "adapter"), bibtex=BIBTEX,
           paper="Plyusov et al. 2026, Don't Let Your Policy Learn the Obvious and Forget the Rare (F-GRPO), "
-                "arXiv 2602.06717; run on TRL's GRPOTrainer (trl 1.16.0)")
-def train(config: FGRPOConfig, run) -> dict:
+                "arXiv 2602.06717; run on TRL's GRPOTrainer (trl 1.16.0)",
+          tiny={**TINY, "gamma": 0.5})
+def train(config: FGRPOConfig, run: Run) -> Artifact:
     if config.gamma < 0:
         raise NogradError(f"methods.fgrpo: gamma ({config.gamma}) must be at least 0")
-    return run_trainer(FGRPOTrainer, config, run, gamma=config.gamma)
+    return run_trainer(focal_trainer(), config, run, gamma=config.gamma)

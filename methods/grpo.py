@@ -48,19 +48,19 @@ How it sits in the harness:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
-from datasets import Dataset
-from transformers import TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
 
-from evals.sampler import SamplingParams, decode, eval_mode
-from harness import meters
+from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from methods import register
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig, GRPOTrainer
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -76,7 +76,8 @@ class GRPOMethodConfig:
     num_generations: int = 8
     """Group size G: completions per prompt, whose rewards are normalised against each other (F-GRPO paper: 8)."""
     micro_batch_size: int = 8
-    """Completions per forward/backward pass; a step accumulates gradients over B x G of them (memory, not the algorithm)."""
+    """Completions per forward/backward pass; a step accumulates gradients over B x G of them
+    (memory, not the algorithm)."""
     learning_rate: float = 1e-6
     """AdamW learning rate, constant over the run."""
     beta: float = 0.0
@@ -86,7 +87,8 @@ class GRPOMethodConfig:
     epsilon_high: float | None = None
     """Upper clipping range; null for epsilon (GRPO); DAPO uses 0.28."""
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo", "cispo"] = "grpo"
-    """TRL's loss aggregation: 'grpo' averages tokens within each completion, then completions; 'dapo' averages all tokens of the batch."""
+    """TRL's loss aggregation: 'grpo' averages tokens within each completion, then completions;
+    'dapo' averages all tokens of the batch."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Advantages divided by the group's reward std (GRPO), the batch's, or by nothing (Dr. GRPO)."""
     temperature: float = 1.0
@@ -106,7 +108,7 @@ class VerifierRewards:
     in order on one batch; `correctness` verifies each completion once (one metered reward call)
     and leaves its format terms for `format`."""
 
-    def __init__(self, run) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
         self._format: list[float] | None = None
 
@@ -122,60 +124,53 @@ class VerifierRewards:
         return terms
 
 
-class MeteredGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer with its rollouts drawn by the harness's sampler, as every other
-    method's are: `_generate_single_turn` hands the prompt ids to `evals.sampler.decode` (each
-    group's prompt prefilled once, a preallocated cache, finished rows retired, temperature and
-    top-p as `generate` applies them) and returns the completion ids as TRL's own path does; TRL's
-    path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
-    penalty), metered as the sampler meters its own. `_generate_single_turn` is private to TRL:
-    the pin trl==1.16.0 (pyproject.toml) is what keeps its signature and return value as used
-    here."""
+@functools.cache
+def metered_trainer() -> type[GRPOTrainer]:
+    """`MeteredGRPOTrainer`, defined at first use: importing TRL's trainer takes seconds, and of
+    all the jobs that import the method registry only GRPO's and F-GRPO's training jobs need it."""
+    from trl import GRPOTrainer
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
-                or self.top_k or self.min_p or self.repetition_penalty != 1.0):
-            meter = meters.of(self.model)
-            with meter.phase("generate"):
-                completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
-                                                                         num_generations, has_tool_images)
-            meter.generated(completion_ids)
-            return completion_ids, logprobs
-        distinct, owners = [], []
-        for ids in prompt_ids:  # a group's G copies of its prompt are adjacent
-            if not distinct or distinct[-1] != ids:
-                distinct.append(ids)
-            owners.append(len(distinct) - 1)
-        width, pad = max(map(len, distinct)), self._tokenizer.pad_token_id
-        device = self.accelerator.device
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in distinct], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in distinct], device=device)
-        params = SamplingParams(temperature=self.temperature, top_p=self.top_p or 1.0,
-                                max_new_tokens=self.max_completion_length)
-        with eval_mode(self.model):
-            completion_ids = decode(self.model, ids, mask, owners, params, set(self.eos_token_ids), None)
-        return completion_ids, None
+    from evals import sampler
+    from harness import meters
 
+    class MeteredGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer with its rollouts drawn by the harness's sampler, as every other
+        method's are: `_generate_single_turn` hands the prompt ids to `evals.sampler.decode` (each
+        group's prompt prefilled once, a preallocated cache, finished rows retired, temperature and
+        top-p as `generate` applies them) and returns the completion ids as TRL's own path does; TRL's
+        path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
+        penalty), metered as the sampler meters its own. `_generate_single_turn` is private to TRL:
+        the pin trl==1.16.0 (pyproject.toml) is what keeps its signature and return value as used
+        here."""
 
-class HarnessSteps(TrainerCallback):
-    """Runs the harness's step loop in step with TRL's optimizer steps: the harness numbers, logs
-    (its meters, after the optimizer step) and checkpoints step k while TRL runs its step k."""
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
+                    or self.top_k or self.min_p or self.repetition_penalty != 1.0):
+                meter = meters.of(self.model)
+                with meter.phase("generate"):
+                    completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                                             num_generations, has_tool_images)
+                meter.generated(completion_ids)
+                return completion_ids, logprobs
+            distinct, owners = [], []
+            for ids in prompt_ids:  # a group's G copies of its prompt are adjacent
+                if not distinct or distinct[-1] != ids:
+                    distinct.append(ids)
+                owners.append(len(distinct) - 1)
+            width, pad = max(map(len, distinct)), self._tokenizer.pad_token_id
+            device = self.accelerator.device
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in distinct], device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in distinct], device=device)
+            params = sampler.SamplingParams(temperature=self.temperature, top_p=self.top_p or 1.0,
+                                            max_new_tokens=self.max_completion_length)
+            with sampler.eval_mode(self.model):
+                completion_ids = sampler.decode(self.model, ids, mask, owners, params, set(self.eos_token_ids), None)
+            return completion_ids, None
 
-    def __init__(self, run, loop, first: int) -> None:
-        self.run, self.loop, self.step = run, loop, first
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step != self.step:
-            self.step = next(self.loop)
-        if state.global_step != self.step:
-            raise RuntimeError(f"TRL is at step {state.global_step}, the harness at {self.step}")
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:  # a step's log, not the summary TRL logs when training ends
-            self.run.log(logged_elsewhere={"loss": logs["loss"], "reward": logs["reward"]})
+    return MeteredGRPOTrainer
 
 
-def check(config: GRPOMethodConfig, run) -> None:
+def check(config: GRPOMethodConfig, run: Run) -> None:
     """One line naming the setting, before any work, for what TRL would reject or silently skip."""
     where = f"methods.{run.method}"
     if config.num_generations < 2:
@@ -189,9 +184,11 @@ def check(config: GRPOMethodConfig, run) -> None:
                           f"num_generations ({config.prompts_per_step} x {config.num_generations} = {rollouts})")
 
 
-def trl_config(config: GRPOMethodConfig, run) -> GRPOConfig:
+def trl_config(config: GRPOMethodConfig, run: Run) -> GRPOConfig:
     """TRL's arguments: the method's settings, the harness's rollout length, reward weights,
     checkpoint cadence, dtype (autocast to it unless it is float32) and sampler."""
+    from trl import GRPOConfig
+
     rollouts = config.prompts_per_step * config.num_generations
     return GRPOConfig(
         output_dir=str(run.work_dir / "trl"),
@@ -227,8 +224,28 @@ def trl_config(config: GRPOMethodConfig, run) -> GRPOConfig:
     )
 
 
-def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run, **trainer_kwargs) -> dict:
+def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run: Run, **trainer_kwargs) -> Artifact:
     """Train with `trainer_class` (TRL's GRPOTrainer or a subclass) inside the harness's step loop."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    class HarnessSteps(TrainerCallback):
+        """Runs the harness's step loop in step with TRL's optimizer steps: the harness numbers, logs
+        (its meters, after the optimizer step) and checkpoints step k while TRL runs its step k."""
+
+        def __init__(self, loop, first: int) -> None:
+            self.loop, self.step = loop, first
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step != self.step:
+                self.step = next(self.loop)
+            if state.global_step != self.step:
+                raise RuntimeError(f"TRL is at step {state.global_step}, the harness at {self.step}")
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:  # a step's log, not the summary TRL logs when training ends
+                run.log(logged_elsewhere={"loss": logs["loss"], "reward": logs["reward"]})
+
     check(config, run)
     # Both before the step loop starts, so that a resumed run loads its weights into the same model.
     if config.lora_rank:
@@ -249,7 +266,7 @@ def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run,
         dataset = Dataset.from_dict({"prompt": run.prompts(run.train), "problem_index": list(range(len(run.train)))})
         trainer = trainer_class(
             model=run.model, reward_funcs=[rewards.correctness, rewards.format], args=trl_config(config, run),
-            train_dataset=dataset, processing_class=run.tokenizer, callbacks=[HarnessSteps(run, loop, first)],
+            train_dataset=dataset, processing_class=run.tokenizer, callbacks=[HarnessSteps(loop, first)],
             **trainer_kwargs,
         )
         if trainer.ref_model is not None:
@@ -266,8 +283,23 @@ def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run,
     return run.save_adapter() if config.lora_rank else run.save_model()
 
 
-@register("grpo", config=GRPOMethodConfig,
+BIBTEX = """
+@misc{shao2024deepseekmath,
+  author = {Shao, Zhihong and others},
+  title = {{DeepSeekMath}: Pushing the Limits of Mathematical Reasoning in Open Language Models},
+  year = {2024},
+  eprint = {2402.03300},
+  archiveprefix = {arXiv},
+  note = {GRPO; run here with TRL's GRPOTrainer}
+}"""
+
+TINY = {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4, "gradient_checkpointing": False}
+"""GRPO's tiny settings: one step of 2 prompts x 2 rollouts (F-GRPO adds its gamma)."""
+
+
+@register("grpo", config=GRPOMethodConfig, display="GRPO", order=20, outputs=("model", "adapter"), bibtex=BIBTEX,
           paper="Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
-                "(arXiv 2402.03300); run with TRL's GRPOTrainer (trl 1.16.0)")
-def train(config: GRPOMethodConfig, run) -> dict:
-    return run_trainer(MeteredGRPOTrainer, config, run)
+                "(arXiv 2402.03300); run with TRL's GRPOTrainer (trl 1.16.0)",
+          tiny=TINY)
+def train(config: GRPOMethodConfig, run: Run) -> Artifact:
+    return run_trainer(metered_trainer(), config, run)

@@ -29,6 +29,7 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
+from harness.contract import Artifact, Run
 from harness.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
 from methods import register
 
@@ -48,13 +49,17 @@ class MeZOConfig:
     weight_decay: float = 0.0
     """Decoupled weight decay lambda, not applied to biases and norm weights."""
     objective: Literal["loss", "reward"] = "loss"
-    """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean greedy-rollout reward."""
+    """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean
+    greedy-rollout reward."""
     noise: Literal["iid", "shared"] = "iid"
     """Noise across tensors: independent per tensor (MeZO) or one seed re-used for every tensor."""
     eval_every: int = 500
-    """Steps between held-out losses (also at step 0 and after the last): MeZO's code takes 4,000 (5 points in 20,000), too coarse to resolve SAZO's claimed 6x (3,333 steps); 500 gives 41 points, 7 before 3,333, at 3% of the training forwards."""
+    """Steps between held-out losses (also at step 0 and after the last): MeZO's code takes 4,000 (5
+    points in 20,000), too coarse to resolve SAZO's claimed 6x (3,333 steps); 500 gives 41 points, 7
+    before 3,333, at 3% of the training forwards."""
     heldout_size: int = 500
-    """Training problems held out for the held-out loss and never trained on (MeZO's 500 dev examples); at most a third of the training split."""
+    """Training problems held out for the held-out loss and never trained on (MeZO's 500 dev
+    examples); at most a third of the training split."""
 
 
 def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor], seed: int, eps: float,
@@ -83,13 +88,13 @@ def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, 
     perturb_(params, seed, -lr * projected_grad, noise)
 
 
-def heldout_curve(config: MeZOConfig, run) -> Callable[[], dict[str, float]]:
+def heldout_curve(config: MeZOConfig, run: Run) -> Callable[[], dict[str, float]]:
     """Hold out D_dev (before any batch is drawn) and return the evaluation `run.steps` logs."""
     dev = run.hold_out(config.heldout_size)
     return lambda: {"heldout_loss": run.heldout_loss(dev, config.batch_size)}
 
 
-def batch_objective(run, batch: Sequence, objective: str) -> Callable[[], torch.Tensor]:
+def batch_objective(run: Run, batch: Sequence, objective: str) -> Callable[[], torch.Tensor]:
     """The per-example loss on `batch` that zo_step differentiates: the reference solutions'
     cross-entropy ('loss') or minus the reward of one greedy rollout ('reward')."""
     if objective == "loss":
@@ -97,8 +102,22 @@ def batch_objective(run, batch: Sequence, objective: str) -> Callable[[], torch.
     return lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])
 
 
-@register("mezo", config=MeZOConfig, paper="Malladi et al. 2023, Fine-Tuning Language Models with Just Forward Passes, NeurIPS (arXiv 2305.17333)")
-def train(config: MeZOConfig, run) -> dict:
+BIBTEX = """
+@inproceedings{malladi2023mezo,
+  author = {Malladi, Sadhika and Gao, Tianyu and Nichani, Eshaan and Damian, Alex and Lee, Jason D. and Chen, Danqi and Arora, Sanjeev},
+  title = {Fine-Tuning Language Models with Just Forward Passes},
+  booktitle = {Advances in Neural Information Processing Systems (NeurIPS)},
+  year = {2023},
+  eprint = {2305.17333},
+  archiveprefix = {arXiv},
+  note = {MeZO}
+}"""  # noqa: E501
+
+
+@register("mezo", config=MeZOConfig, display="MeZO", order=10, outputs="model", bibtex=BIBTEX,
+          paper="Malladi et al. 2023, Fine-Tuning Language Models with Just Forward Passes, NeurIPS (arXiv 2305.17333)",
+          tiny={"steps": 3, "batch_size": 2})
+def train(config: MeZOConfig, run: Run) -> Artifact:
     heldout = heldout_curve(config, run)
     params = trainable(run.model)
     for _ in run.steps(config.steps, heldout, config.eval_every):

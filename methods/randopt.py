@@ -33,6 +33,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from evals.tasks.base import Problem
+from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from harness.fitness import top_k
 from harness.perturb import NoiseMode, perturbed, trainable
@@ -54,10 +55,11 @@ class RandOptConfig:
     noise: Literal["iid", "shared"] = "shared"
     """Noise across tensors: one seed re-used for every tensor (RandOpt's code), or independent per tensor."""
     score: Literal["correctness", "reward"] = "correctness"
-    """A member's support score: mean correctness (RandOpt's code), or the training reward with its format term (reward.format_weight)."""
+    """A member's support score: mean correctness (RandOpt's code), or the training reward with its
+    format term (reward.format_weight)."""
 
 
-def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
+def train_slice(run: Run, start: int, size: int, what: str) -> list[Problem]:
     """Training problems [start, start + size): a fixed slice, the same for every member."""
     if start + size > len(run.train):
         raise NogradError(f"{run.method}: the {what} needs training problems {start}..{start + size - 1}, "
@@ -65,7 +67,7 @@ def train_slice(run, start: int, size: int, what: str) -> list[Problem]:
     return run.train[start : start + size]
 
 
-def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode,
+def rewards_at(run: Run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode,
                score: str) -> np.ndarray:
     """Greedy-rollout score per problem (`score`: correctness or reward) of theta + sum_j c_j eps(s_j);
     theta is restored after."""
@@ -73,7 +75,7 @@ def rewards_at(run, terms: Sequence[tuple[int, float]], problems: Sequence[Probl
         return run.rollout(problems, score=score)[1][:, 0]
 
 
-def discover(run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],
+def discover(run: Run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],
              noise: NoiseMode, score: str) -> None:
     """Score member `step` of the seeded population on the support set (RandOpt; CoRP's stage 0).
 
@@ -96,10 +98,23 @@ def select(rewards: Sequence[float], k: int) -> list[int]:
     return sorted(kept.tolist(), key=lambda i: -rewards[i])
 
 
-@register("randopt", config=RandOptConfig,
+BIBTEX = """
+@inproceedings{gan2026thickets,
+  author = {Gan and Isola},
+  title = {Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights},
+  booktitle = {International Conference on Machine Learning (ICML)},
+  year = {2026},
+  eprint = {2603.12228},
+  archiveprefix = {arXiv},
+  note = {RandOpt}
+}"""
+
+
+@register("randopt", config=RandOptConfig, display="RandOpt", order=80, outputs="ensemble", bibtex=BIBTEX,
           paper="Gan & Isola 2026, Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights, "
-                "ICML (arXiv 2603.12228)")
-def train(config: RandOptConfig, run) -> dict:
+                "ICML (arXiv 2603.12228)",
+          tiny={"population": 3, "top_k": 2, "support_size": 2})
+def train(config: RandOptConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     for step in run.steps(config.population):
         discover(run, step, config.population, config.sigmas, support, config.noise, config.score)

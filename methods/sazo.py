@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from harness.perturb import trainable
 from methods import register
@@ -117,9 +118,20 @@ def ema_(scores: np.ndarray, picks: np.ndarray, grads: np.ndarray, rho: float) -
     scores[picks] = rho * scores[picks] + (1 - rho) * grads**2
 
 
-@register("sazo", config=SAZOConfig,
-          paper="SAZO: Sample-Adaptive Zeroth-Order optimisation (arXiv 2610.12566); reconstructed from its abstract")
-def train(config: SAZOConfig, run) -> dict:
+BIBTEX = """
+@misc{sazo2026,
+  title = {{SAZO}: Sample-Adaptive Zeroth-Order Optimisation},
+  year = {2026},
+  eprint = {2610.12566},
+  archiveprefix = {arXiv},
+  note = {Authors not recorded in this suite's sources; nograd runs a reconstruction from the abstract}
+}"""
+
+
+@register("sazo", config=SAZOConfig, display="SAZO", order=100, outputs="model", bibtex=BIBTEX,
+          paper="SAZO: Sample-Adaptive Zeroth-Order optimisation (arXiv 2610.12566); reconstructed from its abstract",
+          tiny={"steps": 2, "batch_size": 2, "warmup_steps": 1})
+def train(config: SAZOConfig, run: Run) -> Artifact:
     if not (0 <= config.beta < 1 and 0 <= config.rho < 1):
         raise NogradError(f"methods.sazo: beta ({config.beta}) and rho ({config.rho}) must lie in [0, 1)")
     if config.s0 is not None and config.s0 < 0:

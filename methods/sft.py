@@ -30,6 +30,7 @@ import torch
 
 from evals.tasks.base import Problem
 from harness import spaces
+from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from methods import register
 
@@ -38,7 +39,8 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 @dataclass
 class SFTConfig:
-    """ESSA's warm-start settings; the paper's values were not retrieved, so each default is a stated choice (module docstring)."""
+    """ESSA's warm-start settings; the paper's values were not retrieved, so each default is a
+    stated choice (module docstring)."""
 
     lora_rank: int = 16
     """LoRA rank r of the warm-started adapter."""
@@ -60,7 +62,7 @@ class SFTConfig:
     """Sampling temperature of those samples."""
 
 
-def add_adapter(config: SFTConfig, run) -> None:
+def add_adapter(config: SFTConfig, run: Run) -> None:
     """A fresh LoRA adapter on the target layers (B = 0, so the model is unchanged until trained)."""
     from peft import LoraConfig, get_peft_model
 
@@ -69,7 +71,7 @@ def add_adapter(config: SFTConfig, run) -> None:
     run.model = get_peft_model(run.model, lora)
 
 
-def sft_targets(config: SFTConfig, run) -> list[Problem]:
+def sft_targets(config: SFTConfig, run: Run) -> list[Problem]:
     """Reference solutions of the training problems, or else the model's own verified samples."""
     with_solution = [p for p in run.train if p.solution]
     if with_solution:
@@ -89,7 +91,7 @@ def sft_targets(config: SFTConfig, run) -> list[Problem]:
     return run.state["sft_targets"]
 
 
-def warm_start(config: SFTConfig, run) -> None:
+def warm_start(config: SFTConfig, run: Run) -> None:
     """Supervised fine-tuning of the LoRA adapter with AdamW (optimizer state kept for a resume)."""
     if config.sft_steps == 0:
         return
@@ -107,10 +109,25 @@ def warm_start(config: SFTConfig, run) -> None:
         run.log(loss=loss.item())
 
 
-@register("sft", config=SFTConfig,
+ESSA_BIBTEX = """
+@misc{korotyshova2025essa,
+  author = {Korotyshova and Shaposhnikov and Malakhov and Khokhulin and Surnachev and Ovcharenko and Bredis and Gorbatovski and Sinii and Gavrilov},
+  title = {{ESSA}: Evolutionary Strategies for Scalable Alignment},
+  year = {2025},
+  eprint = {2507.04453},
+  archiveprefix = {arXiv}
+}"""  # noqa: E501
+"""ESSA's paper, which this warm start comes from: cited for ESSA and for this control."""
+
+TINY = {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2, "sft_batch_size": 2}
+"""The warm start's tiny settings (ESSA adds its search's)."""
+
+
+@register("sft", config=SFTConfig, display="SFT (ESSA's warm start)", order=40, outputs="adapter", bibtex=ESSA_BIBTEX,
           paper="Control, not a paper's method: the LoRA SFT warm start of ESSA alone, without its CMA-ES search "
-                "(Korotyshova et al. 2025, arXiv 2507.04453)")
-def train(config: SFTConfig, run) -> dict:
+                "(Korotyshova et al. 2025, arXiv 2507.04453)",
+          tiny=TINY)
+def train(config: SFTConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):
         warm_start(config, run)

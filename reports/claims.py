@@ -358,7 +358,8 @@ class QueriesToLoss:
         tasks = sorted({r["task"] for r in evidence.results if r["method"] == self.method}
                        & {r["task"] for r in evidence.results if r["method"] == self.baseline})
         if not tasks:
-            missing = next(m for m in (self.method, self.baseline) if not any(r["method"] == m for r in evidence.results))
+            missing = next(m for m in (self.method, self.baseline)
+                           if not any(r["method"] == m for r in evidence.results))
             raise Unavailable(NOT_RUN, f"{display_name(missing)} was not run")
         method, baseline = display_name(self.method), display_name(self.baseline)
         ratios, never, flat, seeds = [], 0, [], []
@@ -540,7 +541,8 @@ class ClusterSpeedup:
 
     def measure(self, evidence: Evidence) -> Finding:
         evidence.require((self.method, self.baseline), self.task)
-        seconds = {m: [((r.get("cost") or {}).get("train") or {}).get("wall_clock_s") for r in evidence.runs(m, self.task)]
+        seconds = {m: [((r.get("cost") or {}).get("train") or {}).get("wall_clock_s")
+                       for r in evidence.runs(m, self.task)]
                    for m in (self.method, self.baseline)}
         ours = "—"
         if all(v and all(v) for v in seconds.values()):
@@ -572,9 +574,9 @@ MARGIN = 0.05
 PARITY = Threshold(
     -MARGIN, -MARGIN,
     f"supported when the 95% interval of the paired difference lies above −{100 * MARGIN:.0f} pp (no worse than "
-    f"the baseline by more than {100 * MARGIN:.0f} points; both papers present parity as not being worse); not supported "
-    f"when it lies at or below −{100 * MARGIN:.0f} pp; inconclusive otherwise. Margin {100 * MARGIN:.0f} pp: a run that "
-    "could not detect a 5-point difference cannot tell parity from a loss", margin=MARGIN)
+    f"the baseline by more than {100 * MARGIN:.0f} points; both papers present parity as not being worse); not "
+    f"supported when it lies at or below −{100 * MARGIN:.0f} pp; inconclusive otherwise. Margin {100 * MARGIN:.0f} pp: "
+    "a run that could not detect a 5-point difference cannot tell parity from a loss", margin=MARGIN)
 FGRPO_GAIN = 0.062
 """F-GRPO's reported gain in math pass@256 over GRPO (64.1 → 70.3)."""
 
@@ -605,31 +607,31 @@ CLAIMS: tuple[Claim, ...] = (
         "fgrpo_passk", "fgrpo", "F-GRPO raises pass@256 over GRPO",
         "math pass@256 64.1 → 70.3 (+6.2 pp), pass@1 37.3 → 38.6; Qwen2.5-7B, group size 8",
         PairedDifference("fgrpo", "grpo", "math", PASS),
-        Threshold(0.0, 0.0, "supported when the 95% interval of the paired difference lies above 0; not supported when "
-                            "it lies at or below 0; inconclusive otherwise. Margin 6.2 pp, the paper's gain: a run that "
-                            "could not detect it cannot tell", margin=FGRPO_GAIN)),
+        Threshold(0.0, 0.0, "supported when the 95% interval of the paired difference lies above 0; not supported "
+                            "when it lies at or below 0; inconclusive otherwise. Margin 6.2 pp, the paper's gain: a "
+                            "run that could not detect it cannot tell", margin=FGRPO_GAIN)),
     Claim(
         "sazo_queries", "sazo", "SAZO reaches MeZO's training loss in fewer queries",
         "up to 6x fewer queries to the same training loss as uniform zeroth-order sampling (abstract only; "
         "SAZO here is a reconstruction)",
         QueriesToLoss("sazo", "mezo"),
-        Threshold(1.5, 1.0, "on the held-out loss curves: the target is MeZO's loss at step 0 minus 90% of its decrease "
-                            "from step 0 to its last point; supported when SAZO reaches it with more than 1.5x fewer "
-                            "queries than MeZO in every paired run (a clear margin; the paper's 6x is its best case); "
-                            "not supported when it needs at least as many (or never gets there) in every paired run; "
-                            "inconclusive otherwise, or where MeZO's loss does not decrease beyond noise")),
+        Threshold(1.5, 1.0, "on the held-out loss curves: the target is MeZO's loss at step 0 minus 90% of its "
+                            "decrease from step 0 to its last point; supported when SAZO reaches it with more than "
+                            "1.5x fewer queries than MeZO in every paired run (a clear margin; the paper's 6x is its "
+                            "best case); not supported when it needs at least as many (or never gets there) in every "
+                            "paired run; inconclusive otherwise, or where MeZO's loss does not decrease beyond noise")),
     Claim(
         "corp_recovery", "corp", "CoRP's single model recovers over half of RandOpt's vote gain with a tenth of the "
                                  "perturbations",
-        "recovers more than half of the 50-member majority vote's gain with 500 vs 5000 perturbations; +8.1 points over "
-        "the base model on average (5 models x 5 tasks)",
+        "recovers more than half of the 50-member majority vote's gain with 500 vs 5000 perturbations; +8.1 points "
+        "over the base model on average (5 models x 5 tasks)",
         RecoveredGain("corp", "randopt", "base"),
-        Threshold(0.0, 0.0, "preconditions: in every paired run CoRP drew at most a tenth of RandOpt's perturbations (over "
-                            "all its stages, as logged) and spent at most a tenth of its training forward passes, and "
-                            "RandOpt's vote gains over the base model (interval above 0); then supported when the 95% "
-                            "interval of the margin CoRP − base − ½(RandOpt − base) lies above 0, not supported when at "
-                            "or below 0, inconclusive otherwise. Margin 4 pp: full recovery of the paper's 8.1-point gain "
-                            "lies about 4 points above half recovery", margin=0.04)),
+        Threshold(0.0, 0.0, "preconditions: in every paired run CoRP drew at most a tenth of RandOpt's perturbations "
+                            "(over all its stages, as logged) and spent at most a tenth of its training forward "
+                            "passes, and RandOpt's vote gains over the base model (interval above 0); then supported "
+                            "when the 95% interval of the margin CoRP − base − ½(RandOpt − base) lies above 0, not "
+                            "supported when at or below 0, inconclusive otherwise. Margin 4 pp: full recovery of the "
+                            "paper's 8.1-point gain lies about 4 points above half recovery", margin=0.04)),
     Claim(
         "essam_parity", "essam", "ESSAM matches GRPO on GSM8K",
         "GSM8K accuracy averaged over models: ESSAM 78.27%, GRPO 78.34% (PPO 77.72%)",
@@ -640,8 +642,9 @@ CLAIMS: tuple[Claim, ...] = (
         "not in this suite, so the 18x is not tested",
         SavingRatio("essam", "grpo", "gsm8k"),
         Threshold(5.0, 1.0, "supported when GRPO's peak training memory is more than 5x ESSAM's (half the paper's 10x) "
-                            "in every seed; not supported when it is at most 1x (no saving) in every seed; inconclusive "
-                            "in between, where fixed costs (runtime, activations) can hide a saving at small scale")),
+                            "in every seed; not supported when it is at most 1x (no saving) in every seed; "
+                            "inconclusive in between, where fixed costs (runtime, activations) can hide a saving at "
+                            "small scale")),
 )
 
 

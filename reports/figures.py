@@ -1,8 +1,8 @@
 """The report's figures, drawn with matplotlib's object API (a bare `Figure`, no pyplot state) and
 saved as PNG and SVG.
 
-Every figure colours a method the same way (by its place in METHOD_NAMES), names it as its paper
-does, labels its axes with units, and is sized for the width the HTML report shows it at.
+Every figure colours a method the same way (by its place in the method registry's order), names
+it as its paper does, labels its axes with units, and is sized for the width the HTML report shows it at.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from harness.outputs import atomic_path
-from reports.names import METHOD_NAMES, display_name
+from methods import METHODS
+from reports.files import FORMATS
+from reports.names import display_name, ordered
 
-FORMATS = ("png", "svg")
 STYLE = {"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 9.5, "axes.grid": True, "grid.alpha": 0.3}
 """Sizes chosen for a 7-inch figure shown about 700 px wide (a two-panel one about 1000 px)."""
 SINGLE, DOUBLE = (7.0, 4.2), (10.5, 4.2)
@@ -27,7 +28,7 @@ SINGLE, DOUBLE = (7.0, 4.2), (10.5, 4.2)
 
 def colour(method: str) -> str:
     """A method's colour in every figure: the same on every task."""
-    order = list(METHOD_NAMES)
+    order = ordered(METHODS)
     index = order.index(method) if method in order else len(order) + sum(map(ord, method))
     return f"C{index % 10}"
 
@@ -100,6 +101,13 @@ def passk(curves: pd.DataFrame, methods: list[str], task: str, model: str) -> Fi
     return figure
 
 
+def passk_of_result(result: dict, task: str, model: str) -> Figure:
+    """One evaluation's pass@k figure (logged with its MLflow run): its own points and intervals."""
+    curves = pd.DataFrame([{"method": result["method"], "k": point["k"], "value": point["value"], "low": point["low"],
+                            "high": point["high"]} for point in result.get("pass_at_k") or []])
+    return passk(curves, [result["method"]], task, model)
+
+
 def accuracy_vs_cost(points: pd.DataFrame, base: dict | None, task: str, model: str) -> Figure:
     """Greedy accuracy (%) against training queries (forward-equivalents) and training wall-clock,
     both on log axes, one point per method with its interval; the base model, which does not
@@ -146,7 +154,8 @@ def training_curves(series: list[dict], task: str, model: str) -> Figure:
     with _style():
         figure, axes = _new(DOUBLE, 2)
         for ax, metric, label in zip(axes, ("reward", "loss"),
-                                     ("training reward (mean per rollout)", "training loss (cross-entropy, nats/token)")):
+                                     ("training reward (mean per rollout)",
+                                      "training loss (cross-entropy, nats/token)")):
             lines = [s for s in series if s["metric"] == metric]
             if not lines:
                 _message(ax, f"No method logged a training {metric} on {task}.")

@@ -17,30 +17,32 @@ from pathlib import Path
 import jinja2
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE
 from harness.outputs import atomic_path
 from reports import claims as claim_checks
 from reports import figures
 from reports.citations import paper_entries, run_entry
-from reports.names import METHOD_NAMES, display_name, ordered, rank
-from reports.scores import (GREEDY, PASS, Intervals, ProblemScores, paired_difference, seed_matrix, trailing_mean,
-                            training_curve)
+from reports.files import FIGURE_TITLES
+from reports.names import display_name, ordered, rank
+from reports.scores import (
+    GREEDY,
+    PASS,
+    Intervals,
+    ProblemScores,
+    paired_difference,
+    seed_matrix,
+    trailing_mean,
+    training_curve,
+)
 
-__all__ = ["FIGURE_TITLES", "METHOD_NAMES", "display_name", "outputs", "passk_figure", "render", "samples_text"]
+__all__ = ["render", "samples_text"]
 
 MISSING = "—"
 REFERENCES = ("base", "grpo")
 """Every method is compared problem by problem with the base model and with GRPO."""
 WARM_START = ("essa", "sft")
 """ESSA and its control: its LoRA SFT warm start alone, without the search."""
-TABLES = ("accuracy", "paired", "warm_start", "cost_time", "cost_queries", "stages", "claims", "crosscheck")
-"""Tables also written as CSV (results/report/table_<name>.csv), for the Snakemake report and MLflow."""
-FIGURE_TITLES = {"passk": "pass@k against k", "cost": "Accuracy against training cost", "curves": "Training curves",
-                 "memory": "Peak memory"}
-"""The report's figures: one of each of the first three per task (`<kind>_<task>`), one `memory`."""
-PER_TASK_FIGURES = ("passk", "cost", "curves")
 
 # (column, cost phase or None for a top-level field, key, format). The counters are those of
 # training: evaluation runs the same protocol for every method, times its inference passes.
@@ -74,14 +76,6 @@ _TEMPLATES = jinja2.Environment(
     keep_trailing_newline=True,
     undefined=jinja2.StrictUndefined,
 )
-
-
-def outputs(tasks) -> list[str]:
-    """The file names `render` writes for these tasks, whatever the results: what the Snakefile
-    declares as the report rule's outputs."""
-    names = ["report.md", "report.html"] + [f"table_{name}.csv" for name in TABLES]
-    stems = [f"{kind}_{task}" for task in tasks for kind in PER_TASK_FIGURES] + ["memory"]
-    return names + [f"{stem}.{fmt}" for stem in stems for fmt in figures.FORMATS]
 
 
 def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: list[dict] | None = None,
@@ -123,7 +117,8 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
         for kind, figure in drawn.items():
             written.update(figures.save(figure, out_dir, f"{kind}_{task}"))
             sections[kind].append(_figure_entry(written, f"{kind}_{task}", task))
-    written.update(figures.save(figures.peak_memory(_memory(results), methods, model, _device(header)), out_dir, "memory"))
+    written.update(figures.save(figures.peak_memory(_memory(results), methods, model, _device(header)),
+                                out_dir, "memory"))
 
     evidence = claim_checks.Evidence(results, problems, histories, header, intervals)
     claim_rows = claim_checks.check_all(evidence)
@@ -209,13 +204,6 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
             tmp.write_text(text, encoding="utf-8")
         written[name] = out_dir / name
     return written
-
-
-def passk_figure(results: list[dict], task: str, model: str = "") -> Figure:
-    """The pass@k figure of one task from result dicts (each evaluation run logs its own)."""
-    scores = _score_summary(results)
-    curves = scores[(scores.task == task) & (scores.metric == "pass@k")]
-    return figures.passk(curves, ordered(r["method"] for r in results), task, model)
 
 
 def _figure_entry(written: dict[str, Path], stem: str, label: str) -> dict:

@@ -68,15 +68,24 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+TINY_SPLITS = {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
+               "code": {"train_size": 4, "test_size": 2}}
+"""Split sizes of the tiny experiment; a task registered later gets 8 training and 2 test problems."""
+
+
 def tiny_config(model_dir: Path, **methods) -> dict:
-    """An experiment on the tiny model small enough for the whole DAG to run in a test."""
+    """An experiment on the tiny model small enough for the whole DAG to run in a test: every
+    registered task, and the given methods (by default the base model and MeZO, at MeZO's tiny settings)."""
+    from evals.tasks import TASKS
+    from methods import METHODS
+
     return {
         "name": "tiny",
         "model": str(model_dir),
         "seeds": [0],
-        "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"train_size": 8, "test_size": 2},
-                  "code": {"train_size": 4, "test_size": 2}},
-        "methods": methods or {"base": {}, "mezo": {"steps": 3, "batch_size": 2}},
+        "tasks": {name: TINY_SPLITS.get(name, {"train_size": 8, "test_size": 2}) for name in {**TINY_SPLITS, **TASKS}
+                  if name in TASKS},
+        "methods": methods or {"base": {}, "mezo": METHODS["mezo"].tiny},
         "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50,
                        "crosscheck": False},
         "training": {"max_new_tokens": 8, "checkpoint_every": 2},

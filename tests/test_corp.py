@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import killed_at_step
 from harness.outputs import read_json
 from harness.perturb import combine_
-from methods.corp import (CoRPConfig, compatibility, constructive, ess_weights, merge, paired_lcb, sample_local,
-                          stack)
+from methods.corp import CoRPConfig, compatibility, constructive, ess_weights, merge, paired_lcb, sample_local, stack
 from methods.corp import train as corp
 from synthetic import SyntheticRun
-from conftest import killed_at_step
 
 
 def test_elite_is_the_upper_reward_quantile():
@@ -186,7 +185,8 @@ def test_short_run_gives_one_model_and_repeats_when_killed_and_resumed(workdir, 
     spec, result = read_json(artifact), read_json(Path("results/a/metrics.json"))
     history, round_1 = result["history"], result["history"][5]
     assert spec["kind"] == "seeds" and spec["terms"], "Stage 1 commits a merged direction"
-    # Stage 0: 4 members; Stage 1: 1 x 1 x 2 grid; round 1: 2 candidates, 1 x 1 x 2 proposals, 1 line-search point if gated.
+    # Stage 0: 4 members; Stage 1: 1 x 1 x 2 grid; round 1: 2 candidates, 1 x 1 x 2 proposals,
+    # 1 line-search point if gated.
     assert [h["perturbations"] for h in history] == [1, 2, 3, 4, 6, 6 + 2 + 2 + ("probe_lcb" in round_1)]
     assert all("support_reward" in h and "probe_reward" in h for h in history[4:])
     # Greedy rollouts: Stage 0 4 x 2 support; Stage 1 2 scales x 2 probe, then the centre on the

@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import killed_at_step
 from evals import evaluate as evaluation
 from harness import meters, models, spaces, training
 from harness.errors import NogradError
@@ -23,7 +24,6 @@ from harness.outputs import read_json
 from methods import METHODS
 from methods.essa import ESSAConfig, generation, new_search
 from methods.sft import SFTConfig
-from conftest import killed_at_step
 
 
 def adapted(model_dir):
@@ -232,7 +232,8 @@ def test_without_solutions_the_model_own_correct_samples_are_the_targets(essa, m
     stages = read_json(artifact.parent / "metrics.json")["stages"]
     assert stages["sft"]["sequences_generated"] == 8 * 2, "2 samples per training problem, in the SFT stage"
     assert stages["sft"]["backward_passes"] == 3 * 2, "SFT batches are the 2 accepted samples of problem 0"
-    assert len(verified) == stages["sft"]["reward_calls"] == 8 * 2, "each sample verified once, as a metered reward call"
+    assert len(verified) == stages["sft"]["reward_calls"] == 8 * 2, \
+        "each sample verified once, as a metered reward call"
 
 
 def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypatch):

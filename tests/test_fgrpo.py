@@ -12,7 +12,9 @@ from trl import GRPOConfig, GRPOTrainer
 
 from harness import meters, models
 from harness.outputs import read_json
-from methods.fgrpo import FGRPOTrainer
+from methods.fgrpo import focal_trainer
+
+FGRPOTrainer = focal_trainer()
 
 G = 4
 # Four groups of G rollouts: mu_hat = 1/4, 3/4, 0 and 1. The format term varies within groups,

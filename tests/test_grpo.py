@@ -46,11 +46,11 @@ def train_with(workdir, cfg) -> Path:
 
 @pytest.mark.parametrize("workdir", [("grpo", ONE_STEP)], indirect=True)
 def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, monkeypatch):
-    import methods.grpo
+    from evals import sampler
 
     sampled = []
-    decode = methods.grpo.decode
-    monkeypatch.setattr(methods.grpo, "decode", lambda *a, **k: sampled.append(a[3]) or decode(*a, **k))
+    decode = sampler.decode
+    monkeypatch.setattr(sampler, "decode", lambda *a, **k: sampled.append(a[3]) or decode(*a, **k))
     started = int(time.time() * 1000)
     order = []
     handle = register_optimizer_step_post_hook(lambda *_: order.append("optimizer step"))
@@ -61,7 +61,8 @@ def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, mon
     finally:
         handle.remove()
     assert order == ["optimizer step", "meters logged"], "peak memory must be read after the optimizer step"
-    assert sampled == [[0] * G + [1] * G], "rollouts come from the harness's sampler, each group's prompt prefilled once"
+    assert sampled == [[0] * G + [1] * G], \
+        "rollouts come from the harness's sampler, each group's prompt prefilled once"
 
     meters = train_metrics(artifact)["meters"]
     rollouts = P * G
@@ -88,7 +89,8 @@ def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, mon
              for key in ("loss", "forward_passes")}
     assert steps == {"loss": [1], "forward_passes": [0]}, "TRL logs at its global step, the harness at its index"
     (step,) = train_metrics(artifact)["history"]
-    assert step["loss"] == logged["loss"] and step["reward"] == logged["reward"], "TRL's loss and reward join the history"
+    assert step["loss"] == logged["loss"] and step["reward"] == logged["reward"], \
+        "TRL's loss and reward join the history"
 
 
 @pytest.mark.parametrize("lora_rank", [0, 2])

@@ -4,34 +4,45 @@ import dataclasses
 
 import pytest
 import torch
-import yaml
 
+from evals.tasks import TASKS
 from harness import config, meters, models
 from harness.errors import NogradError
 from harness.outputs import atomic_dir, write_json
 from methods import METHODS
+from reports.names import ordered
 
 MINIMAL = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}, "methods": {"base": {}}}
 
 
 def test_committed_schema_is_generated_from_the_dataclasses():
-    assert config.SCHEMA_PATH.read_text() == config.schema_yaml(), "run: nograd schema > config/schema.yaml"
+    assert config.SCHEMA_PATH.read_text() == config.schema_yaml(), "run: make configs"
 
 
-def test_every_method_config_field_is_documented_and_paper_yaml_holds_the_defaults():
-    paper = yaml.safe_load((config.REPO / "config" / "paper.yaml").read_text())
+def test_committed_paper_config_is_generated_from_the_defaults():
+    assert config.PAPER_PATH.read_text() == config.paper_config_yaml(), "run: make configs"
+    paper = config.load(config.PAPER_PATH)
+    assert list(paper.methods) == ordered(METHODS) and set(paper.tasks) == set(TASKS)
     for name, method in METHODS.items():
         assert set(config.field_docs(method.config)) == {f.name for f in dataclasses.fields(method.config)}
-        defaults = config.to_dict(method.config())
-        assert config.validate(paper).methods[name] == method.config(**defaults), name
-        assert config.to_dict(config.validate(paper).methods[name]) == defaults, f"paper.yaml {name} differs"
+        assert paper.methods[name] == method.config(), f"paper.yaml {name} is not at its dataclass's defaults"
+    assert all(paper.tasks[name] == config.TaskConfig() for name in TASKS), "paper scale runs every split whole"
+
+
+def test_every_method_record_is_complete():
+    for name, method in METHODS.items():
+        assert method.display and set(method.outputs) <= {"model", "adapter", "seeds", "ensemble"}, name
+        method.config(**method.tiny)  # the tiny settings are the config's own keys
+        if name != "base":
+            assert method.paper and method.bibtex.startswith("@") and method.bibtex.endswith("}"), name
+            assert method.bibtex.count("{") == method.bibtex.count("}"), f"{name}: unbalanced BibTeX braces"
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"methods": {"foo": {}}}, "unknown key 'foo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo, randopt, sazo, sft)"),
-        ({"tasks": {"gsm9k": {}}}, "unknown key 'gsm9k' in tasks (valid: code, gsm8k, math)"),
+        ({"methods": {"foo": {}}}, f"unknown key 'foo' in methods (valid: {', '.join(sorted(METHODS))})"),
+        ({"tasks": {"gsm9k": {}}}, f"unknown key 'gsm9k' in tasks (valid: {', '.join(sorted(TASKS))})"),
         ({"methods": {"mezo": {"lrr": 1}}}, "unknown key 'lrr' in methods.mezo (valid: batch_size, eps"),
         ({"methods": {"mezo": {"lr": "fast"}}}, "methods.mezo.lr: 'fast' is not of type 'number'"),
         ({"methods": {"mezo": {"objective": "kl"}}}, "methods.mezo.objective: 'kl' is not one of"),
@@ -64,13 +75,15 @@ def test_run_config_holds_only_its_method_and_task():
 
 
 def test_a_method_job_sees_its_own_number_of_evaluation_samples():
-    raw = {**MINIMAL, "methods": {"base": {}, "mezo": {}}, "evaluation": {"samples": 8, "samples_by_method": {"base": 32}}}
+    raw = {**MINIMAL, "methods": {"base": {}, "mezo": {}},
+           "evaluation": {"samples": 8, "samples_by_method": {"base": 32}}}
     cfg = config.validate(raw)
     assert config.for_run(cfg, "base", "gsm8k", 0).evaluation.samples == 32
     assert config.for_run(cfg, "mezo", "gsm8k", 0).evaluation.samples == 8
     # Changing base's samples leaves mezo's jobs (and their hash) as they were.
     more = config.validate({**raw, "evaluation": {"samples": 8, "samples_by_method": {"base": 256}}})
-    assert config.config_hash(config.for_run(more, "mezo", "gsm8k", 0)) == config.config_hash(config.for_run(cfg, "mezo", "gsm8k", 0))
+    assert config.config_hash(config.for_run(more, "mezo", "gsm8k", 0)) == \
+        config.config_hash(config.for_run(cfg, "mezo", "gsm8k", 0))
 
 
 def test_atomic_outputs_leave_nothing_when_interrupted(tmp_path):
@@ -157,5 +170,6 @@ def test_rollout_scores_the_reward_or_correctness_alone_each_a_counted_reward_ca
     _, reward = run.rollout(problems, n=2)
     _, correct = run.rollout(problems, n=2, score="correctness")
     assert correct.tolist() == [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
-    assert torch.allclose(torch.as_tensor(reward), torch.tensor([[1.1, 1.1], [0.1, 0.1], [0.1, 0.1]], dtype=torch.float64))
+    assert torch.allclose(torch.as_tensor(reward),
+                          torch.tensor([[1.1, 1.1], [0.1, 0.1], [0.1, 0.1]], dtype=torch.float64))
     assert run.meters.counts["reward_calls"] == 2 * 3 * 2

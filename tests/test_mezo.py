@@ -7,7 +7,6 @@ import torch
 
 from harness import training
 from harness.outputs import read_json
-
 from harness.perturb import combine_, noise, perturb_
 from methods.mezo import zo_step, zo_update
 

@@ -33,7 +33,8 @@ def test_paper_yaml_makes_the_paper_code_choice_and_keeps_the_other_as_an_ablati
     choices = typing.get_args(typing.get_type_hints(type(PAPER.methods[method]))[key])
     assert paper in choices and len(choices) > 1
     for other in set(choices) - {paper}:
-        ablation = dataclasses.replace(PAPER, methods={method: dataclasses.replace(PAPER.methods[method], **{key: other})})
+        ablation = dataclasses.replace(PAPER,
+                                       methods={method: dataclasses.replace(PAPER.methods[method], **{key: other})})
         assert getattr(config.validate(config.to_dict(ablation)).methods[method], key) == other
 
 

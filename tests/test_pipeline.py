@@ -1,5 +1,6 @@
 """The DAG end to end on the tiny model: training resumes and reproduces, Snakemake validates
-the config at parse time, and a whole run leaves a report, MLflow runs and non-zero meters."""
+the config at parse time, and a whole run leaves a report, MLflow runs and non-zero meters, and
+the same results and report as the code before the last refactoring (tests/fingerprint.py)."""
 
 import json
 import subprocess
@@ -11,7 +12,12 @@ import yaml
 from safetensors.torch import load_file
 
 from conftest import killed_at_step, tiny_config
+from evals.tasks import TASKS
+from fingerprint import assert_unchanged
 from harness.outputs import read_json
+from methods import METHODS
+from methods.sft import SFTConfig
+from reports.names import ordered
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +77,8 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
     result = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"))
     assert result.returncode != 0
-    assert "unknown key 'mezzo' in methods (valid: base, corp, essa, essam, essam_f, fgrpo, grpo, mezo, randopt, sazo, sft)" in result.stderr + result.stdout
+    valid = ", ".join(sorted(METHODS))
+    assert f"unknown key 'mezzo' in methods (valid: {valid})" in result.stderr + result.stdout
 
 
 def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
@@ -125,66 +132,58 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
 
     rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
+    assert_unchanged("dag_base_mezo", results, tiny_model_dir)
 
 
-GRADIENT_FREE = {
-    "sazo": {"steps": 2, "batch_size": 2, "warmup_steps": 1},
-    "essam": {"steps": 1, "batch_size": 2, "population_size": 2},
-    "essam_f": {"steps": 1, "batch_size": 2, "population_size": 2, "sam_population_size": 2},
-    "randopt": {"population": 3, "top_k": 2, "support_size": 2},
-    "corp": {"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
-             "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
-             "line_search": [1.0]},
-    "essa": {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
-             "sft_batch_size": 2, "generations": 2, "population_size": 2, "batch_size": 1},
-    "sft": {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
-            "sft_batch_size": 2},
-}
+RL = ("grpo", "fgrpo")
+"""Run on every task by their own DAG test; base and MeZO by the whole DAG's."""
+OTHERS = {name: METHODS[name].tiny for name in ordered(METHODS) if name not in (*RL, "base", "mezo")}
+"""Every other registered method, at its record's tiny settings: a new method is in here by registering."""
 
 
-def test_every_gradient_free_method_through_the_dag(tmp_path, tiny_model_dir):
-    cfg = {**tiny_config(tiny_model_dir, **GRADIENT_FREE), "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}}}
+def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
+    cfg = {**tiny_config(tiny_model_dir, **OTHERS), "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}}}
     cfg["evaluation"]["crosscheck"] = True  # lm-eval on every artifact kind: model, adapter, seed list, ensemble
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     summary = read_json(tmp_path / "results" / "summary.json")
     passes = {r["method"]: r["inference_passes"] for r in summary["results"]}
-    assert passes == {"sazo": 1, "essam": 1, "essam_f": 1, "randopt": 2, "corp": 1, "essa": 1, "sft": 1}
+    assert set(passes) == set(OTHERS) and passes["randopt"] == 2
+    ensembles = {m for m in OTHERS if "ensemble" in METHODS[m].outputs}
     for r in summary["results"]:
+        assert (passes[r["method"]] > 1) == (r["method"] in ensembles), "only an ensemble answers with several models"
         assert r["cost"]["train"]["forward_passes"] > 0, r["method"]
-        assert (r["cost"]["train"]["backward_passes"] > 0) == (r["method"] in ("essa", "sft")), "only the SFT backprops"
+        warm_started = issubclass(METHODS[r["method"]].config, SFTConfig)
+        assert (r["cost"]["train"]["backward_passes"] > 0) == warm_started, "only the SFT warm start backprops"
     report = (tmp_path / "results" / "report" / "report.md").read_text()
-    for name in ("SAZO", "ESSAM", "ESSAM-F", "RandOpt", "CoRP", "ESSA", "SFT (ESSA's warm start)"):
-        assert f"| {name} " in report
+    for name in OTHERS:
+        assert f"| {METHODS[name].display} " in report
     checks = {c["method"]: c for c in summary["crosschecks"]}
-    assert set(checks) == set(GRADIENT_FREE)
-    assert not checks["randopt"]["applicable"], "a majority vote has no single model to hand to lm-eval"
-    assert all(c["applicable"] and c["problems"] == 2 for m, c in checks.items() if m != "randopt")
-
-
-RL = {
-    "grpo": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4,
-             "gradient_checkpointing": False},
-    "fgrpo": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4,
-              "gradient_checkpointing": False, "gamma": 0.5},
-}
+    assert set(checks) == set(OTHERS)
+    for method, check in checks.items():
+        if method in ensembles:
+            assert not check["applicable"], "a majority vote has no single model to hand to lm-eval"
+        else:
+            assert check["applicable"] and check["problems"] == 2, method
+    assert_unchanged("dag_others", tmp_path / "results", tiny_model_dir)
 
 
 def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir, **RL)))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir,
+                                                                      **{m: METHODS[m].tiny for m in RL})))
     result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     summary = read_json(tmp_path / "results" / "summary.json")
     assert {(r["method"], r["task"]) for r in summary["results"]} == {
-        (m, t) for m in RL for t in ("gsm8k", "math", "code")}
+        (m, t) for m in RL for t in TASKS}
     for r in summary["results"]:
         train = r["cost"]["train"]
         assert train["forward_passes"] == 2 * 2 * 2, "2 x 2 rollouts: a generation and a loss forward each"
         assert train["backward_passes"] == train["sequences_generated"] == train["reward_calls"] == 2 * 2
         assert r["cost"]["eval"]["forward_passes"] > 0 and len(r["pass_at_k"]) == 3
     report = (tmp_path / "results" / "report" / "report.md").read_text()
-    assert "| GRPO " in report and "| F-GRPO " in report
+    assert all(f"| {METHODS[m].display} " in report for m in RL)
 
     import mlflow
 
@@ -194,3 +193,4 @@ def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir):
     trained = runs[runs["tags.nograd.kind"] == "train"]
     assert trained["metrics.reward"].notna().all() and trained["metrics.final.backward_passes"].eq(4).all()
     assert trained[trained["tags.nograd.method"] == "fgrpo"]["metrics.focal_weight/mean"].notna().all()
+    assert_unchanged("dag_rl", tmp_path / "results", tiny_model_dir)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import killed_at_step
 from harness.errors import NogradError
 from harness.outputs import read_json
 from harness.perturb import noise, trainable
 from methods.randopt import RandOptConfig, discover, select
 from methods.randopt import train as randopt
 from synthetic import SyntheticRun
-from conftest import killed_at_step
 
 
 def test_top_k_best_first_ties_to_the_earlier_member():

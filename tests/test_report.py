@@ -14,8 +14,11 @@ import yaml
 from evals.passk import mean_ci, pass_at_k_curve
 from harness import config, tracking
 from harness.outputs import read_json, write_json
-from reports import METHOD_NAMES, build, render
-from reports.render import outputs
+from methods import METHODS as REGISTERED
+from reports import build
+from reports.files import outputs
+from reports.names import display_name, ordered
+from reports.render import render
 
 HEADER = {
     "name": "quickstart",
@@ -149,7 +152,8 @@ def test_cost_tables(results, tmp_path):
                     table_row(markdown, "Cost: memory and wall-clock", "gsm8k", "Base model")))
     assert base["Peak memory, train (MB)"] == base["Wall-clock, train (s)"] == "—"
     assert base["Peak memory, eval (MB)"] == "850"
-    base_queries = dict(zip(titles(markdown, "Cost: queries"), table_row(markdown, "Cost: queries", "gsm8k", "Base model")))
+    base_queries = dict(zip(titles(markdown, "Cost: queries"),
+                            table_row(markdown, "Cost: queries", "gsm8k", "Base model")))
     assert base_queries["Forward passes"] == "—" and base_queries["Inference passes / answer"] == "1"
 
 
@@ -179,10 +183,13 @@ def test_partial_and_odd_results_do_not_raise(tmp_path):
     assert set(render([], {}, tmp_path / "empty")) == set(outputs([]))
 
 
-def test_method_names_as_papers_write_them():
-    assert METHOD_NAMES["essam_f"] == "ESSAM-F" and METHOD_NAMES["fgrpo"] == "F-GRPO"
-    assert METHOD_NAMES["base"] == "Base model"
-    assert list(METHOD_NAMES).index("sft") == list(METHOD_NAMES).index("essa") - 1
+def test_method_names_and_order_come_from_the_registry():
+    assert display_name("essam_f") == "ESSAM-F" and display_name("fgrpo") == "F-GRPO"
+    assert display_name("base") == "Base model" and display_name("newmethod") == "newmethod"
+    order = ordered([*REGISTERED, "zz_unknown", "aa_unknown"])
+    assert order[0] == "base" and order[-2:] == ["aa_unknown", "zz_unknown"], "unknown methods last, alphabetically"
+    assert order.index("sft") == order.index("essa") - 1, "ESSA's warm start alone is listed just before ESSA"
+    assert len({m.order for m in REGISTERED.values()}) == len(REGISTERED), "two methods share a place in the tables"
 
 
 def test_cost_table_shows_tokens_processed_and_recompute_passes(results, tmp_path):
@@ -452,7 +459,8 @@ def test_whole_report_from_result_files(result_files):
     assert paired["vs Base model: greedy"].startswith("-")
 
     claims = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
-              for line in section(markdown, "Claim checks").splitlines() if line.startswith("| ") and "Claim" not in line}
+              for line in section(markdown, "Claim checks").splitlines()
+              if line.startswith("| ") and "Claim" not in line}
     verdict = {claim: cells[5] for claim, cells in claims.items()}
     # 12 problems cannot resolve a 5-point parity margin, however far apart the methods score.
     assert verdict["ESSAM matches GRPO on GSM8K"] == "inconclusive at this scale"

@@ -6,10 +6,24 @@ metrics are missing."""
 import numpy as np
 import pytest
 
+from evals.tasks import TASKS
+from methods import METHODS
 from reports import claims
 from reports.claims import (
-    INCONCLUSIVE, MISSING, NOT_RUN, NOT_SUPPORTED, SUPPORTED, Evidence, PairedDifference,
-    QueriesToLoss, RecoveredGain, SavingRatio, Threshold, check, decide, detectable,
+    INCONCLUSIVE,
+    MISSING,
+    NOT_RUN,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Evidence,
+    PairedDifference,
+    QueriesToLoss,
+    RecoveredGain,
+    SavingRatio,
+    Threshold,
+    check,
+    decide,
+    detectable,
 )
 from reports.scores import GREEDY, PASS, Intervals, ProblemScores
 
@@ -183,10 +197,9 @@ def test_a_comparison_needs_grpo_off_the_base_model():
 
 def all_zero_evidence(problems, seeds, methods_config=None):
     """Every method scores 0 on every problem and its losses stay flat; no memory is recorded."""
-    methods = ("base", "mezo", "sazo", "grpo", "fgrpo", "sft", "essa", "essam", "essam_f", "randopt", "corp")
     runs, histories = {}, []
-    for method in methods:
-        for task in ("gsm8k", "math", "code"):
+    for method in METHODS:
+        for task in TASKS:
             runs.update(seeded(method, task, [0] * problems, [0] * problems, {"forward_passes": 64}, seeds))
             for seed in seeds:
                 history = [{"step": i, "forward_equivalents": 4 * i, "heldout_loss": 2.0, "perturbations": 4}
@@ -374,7 +387,11 @@ def test_every_claim_states_its_rule_and_reads_not_run_without_results():
     assert len({c.key for c in claims.CLAIMS}) == len(claims.CLAIMS) == 7
     for claim in claims.CLAIMS:
         assert claims.rule_text(claim)
-        assert claim.paper_figure and claim.paper in {"essa", "fgrpo", "sazo", "corp", "essam"}
+        assert claim.paper_figure and claim.paper in METHODS
+        named = {getattr(claim.comparison, f) for f in ("method", "baseline", "floor", "control", "ensemble", "base")
+                 if getattr(claim.comparison, f, None) is not None}
+        assert named <= set(METHODS), f"{claim.key} names methods by registry key: {named - set(METHODS)}"
+        assert getattr(claim.comparison, "task", "gsm8k") in TASKS, claim.key
         if isinstance(claim.comparison, (PairedDifference, RecoveredGain)):
             assert claim.rule.margin is not None, f"{claim.key}: a bootstrap comparison states its margin"
     assert {GREEDY, PASS} == {c.comparison.metric for c in claims.CLAIMS if isinstance(c.comparison, PairedDifference)}

@@ -8,7 +8,7 @@ import subprocess
 import matplotlib.image
 import pytest
 
-from reports import render
+from reports.render import render
 from test_report import HEADER, MEZO_CURVE, ZERO_CURVE, mezo_train, result
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")

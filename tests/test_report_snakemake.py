@@ -10,7 +10,7 @@ import yaml
 
 from conftest import tiny_config
 from harness.outputs import read_json
-from reports.render import outputs
+from reports.files import outputs
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -56,7 +56,8 @@ def test_greedy_matches_generate_with_padding_shared_prefill_and_retired_rows(ti
                                                                  batch_size=batch_size, greedy_first=True))
     finally:
         model.generation_config.eos_token_id = saved
-    assert any(len(e) == 1 for e in expected) and any(len(e) == 24 for e in expected), "rows must end at different steps"
+    assert any(len(e) == 1 for e in expected) and any(len(e) == 24 for e in expected), \
+        "rows must end at different steps"
     for prompt, want, got, (first, *sampled) in zip(PROMPTS, expected, rows, mixed):
         for completion in [*got, first]:
             assert completion.text == tokenizer.decode(want, skip_special_tokens=True), prompt

@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import tiny_config
 from evals.sampler import SamplingParams, sample
 from harness import config, meters, models, spaces
 from harness.errors import NogradError
 from harness.outputs import write_json
-
-from conftest import tiny_config
 
 
 class FakeLLM:
@@ -108,8 +107,9 @@ def test_evaluation_through_vllm_gives_the_torch_backends_greedy_answers_and_cou
         artifact = Path(f"{name}.json")
         want = workdir.evaluate(artifact, f"results/eval/torch-{name}/metrics.json", method=name)
         engines = len(fake_vllm.engines)
-        got = evaluation.evaluate(vllm_config, name, "gsm8k", 0, artifact_file=artifact, data_dir=Path("results/data/gsm8k"),
-                                  tracking_file=Path("results/tracking.json"), out=Path(f"results/eval/vllm-{name}/metrics.json"))
+        got = evaluation.evaluate(vllm_config, name, "gsm8k", 0, artifact_file=artifact,
+                                  data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"),
+                                  out=Path(f"results/eval/vllm-{name}/metrics.json"))
         assert got["greedy"] == want["greedy"], name
         assert len(fake_vllm.engines) - engines == got["inference_passes"], "one engine per member"
         for key in ("sequences_generated", "forward_passes"):  # sampled rows differ: other seeds

@@ -1,0 +1,41 @@
+"""Every registered method, at its record's tiny settings, through train -> kill -> resume ->
+evaluate: the resumed run leaves the artifact kind its record declares and answers exactly as an
+uninterrupted run does. A new method is covered by registering it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import killed_at_step
+from harness.outputs import read_json
+from methods import METHODS
+
+
+def answers(workdir, artifact: Path, out: str) -> str:
+    """The evaluation's completions of `artifact`, as written."""
+    workdir.evaluate(artifact, f"{out}/metrics.json")
+    return Path(out, "completions.jsonl").read_text()
+
+
+@pytest.mark.parametrize("workdir", [(name, METHODS[name].tiny) for name in METHODS], ids=list(METHODS),
+                         indirect=True)
+def test_trains_resumes_and_evaluates_as_an_uninterrupted_run(workdir, monkeypatch):
+    [name] = workdir.config.methods
+    whole = workdir.train("results/whole/artifact.json")
+    assert read_json(whole)["kind"] in METHODS[name].outputs, f"{name} returned a kind its record does not declare"
+    reference = answers(workdir, whole, "results/whole-eval")
+
+    steps = [row["step"] for row in read_json(whole.parent / "metrics.json")["history"]]
+    if not steps:
+        assert name == "base", f"{name} logged no step: its run cannot be interrupted and resumed"
+        return
+    shutil.rmtree("results/work")
+    with killed_at_step(monkeypatch, steps[-1]):
+        workdir.train("results/resumed/artifact.json")
+    assert not Path("results/resumed/artifact.json").exists(), "a killed run must not leave its artifact"
+    resumed = workdir.train("results/resumed/artifact.json")
+    assert answers(workdir, resumed, "results/resumed-eval") == reference, (
+        f"{name}: the resumed run answers differently from the uninterrupted one")
