@@ -1,6 +1,6 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make run   - the whole Snakemake DAG on config/config.yaml, then where the report is
-#   make test  - the test suite (what CI runs)
+#   make test  - the linter, then the test suite (what CI runs)
 #   make snakemake-report - after a run: Snakemake's self-contained report with provenance
 
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test browser snakemake-report mlflow-ui clean
+.PHONY: run test browser configs snakemake-report mlflow-ui clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -29,6 +29,7 @@ run: $(STAMP)
 	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
 
 test: $(STAMP) browser
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
 # The report's browser test opens the HTML in headless Chromium. Installed with apt-get where it
@@ -39,6 +40,11 @@ browser:
 		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
 		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium not installed: the report's browser test will be skipped"
+
+# The generated configs, after adding or changing a method or a task (tests check they are current).
+configs: $(STAMP)
+	$(BIN)/nograd schema > config/schema.yaml
+	$(BIN)/nograd paper-config > config/paper.yaml
 
 snakemake-report: $(STAMP)
 	$(BIN)/snakemake --report results/report/snakemake.html

@@ -56,7 +56,8 @@ def median_seconds(run: Callable[[], object], repeats: int, warm_up: Callable[[]
 
 def machine() -> str:
     threads = torch.get_num_threads()
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} ({threads} threads)"
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"torch {torch.__version__} ({threads} threads)")
 
 
 def write_table(name: str, title: str, header: list[str], rows: list[list[str]]) -> str:

@@ -61,9 +61,10 @@ def main() -> None:
     loop_s, loop_texts = median_seconds(in_turn, args.repeats, lambda: in_turn(short))
     batch_s, batch_texts = median_seconds(batched, args.repeats, lambda: batched(short))
     same = sum(a == b for a, b in zip(loop_texts, batch_texts)) / len(loop_texts)
-    rows = [["one member after another", f"{tokens(loop_texts)}", f"{loop_s:.1f}", f"{tokens(loop_texts) / loop_s:.1f}", "1.00x", ""],
-            ["all members in one batch", f"{tokens(batch_texts)}", f"{batch_s:.1f}", f"{tokens(batch_texts) / batch_s:.1f}",
-             f"{loop_s / batch_s:.2f}x", f"{same:.0%}"]]
+    rows = [["one member after another", f"{tokens(loop_texts)}", f"{loop_s:.1f}", f"{tokens(loop_texts) / loop_s:.1f}",
+             "1.00x", ""],
+            ["all members in one batch", f"{tokens(batch_texts)}", f"{batch_s:.1f}",
+             f"{tokens(batch_texts) / batch_s:.1f}", f"{loop_s / batch_s:.2f}x", f"{same:.0%}"]]
     write_table("population", f"Population evaluation: {args.population} LoRA members (rank {args.rank}, q/v), "
                 f"{args.problems} GSM8K problems, greedy, {args.new_tokens} new tokens, median of {args.repeats}",
                 ["path", "tokens generated", "seconds", "tokens/s", "speed-up", "completions identical"], rows)

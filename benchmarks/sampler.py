@@ -69,7 +69,8 @@ def main() -> None:
         rates[name] = tokens / seconds
         rows.append([name, f"{tokens}", f"{seconds:.1f}", f"{rates[name]:.1f}"])
     for row in rows:
-        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x", f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
+        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x",
+                f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
     write_table("sampler", f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, "
                 f"top-p {args.top_p}, median of {args.repeats}",
                 ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"], rows)
