@@ -14,7 +14,7 @@ Counted by hooks on the model:
   was recomputed, in whole forwards (fractional when only some layers are checkpointed).
 Counted by the harness's sampler (GRPO's rollouts included) and reward: sequences_generated,
 tokens_generated, reward_calls, reward_errors (completions scored 0 because the verifier failed,
-under `reward.on_error: zero`).
+under `reward.on_error: zero`, or could not grade them within its limits, evals/grading.py).
 Set aside (`heldout`): evaluation a training run makes of its own progress (MeZO's and SAZO's
 held-out loss) is not a training query; its forward passes and tokens are counted as
 heldout_forward_passes and heldout_tokens_processed, its time as time_heldout_s, and never in

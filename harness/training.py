@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from evals.sampler import Completion, SamplingParams, prompt_text, sample
 from evals.tasks import get_task
-from evals.tasks.base import Problem
+from evals.tasks.base import Problem, Ungradable
 from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
 from harness.contract import Artifact, Score
@@ -105,11 +105,18 @@ class Run:
         A verifier that raises or returns NaN stops the run with one line naming the task, the
         problem and the completion; with `reward.on_error: zero` that completion scores 0 on both
         terms instead and is counted in the `reward_errors` meter. Either way no NaN leaves here.
+        A completion the verifier cannot grade within its limits (`Ungradable`: built to be slow)
+        is not the verifier's failure: its correctness is 0 and it is counted in `reward_errors`.
         """
         self.meters.count("reward_calls")
         with self.meters.phase("score"):
             try:
-                terms = float(self.task.is_correct(problem, completion)), float(self.task.has_format(completion))
+                try:
+                    correct = float(self.task.is_correct(problem, completion))
+                except Ungradable:
+                    self.meters.count("reward_errors")
+                    correct = 0.0
+                terms = correct, float(self.task.has_format(completion))
                 if not all(map(math.isfinite, terms)):
                     raise ValueError(f"verifier returned {terms[0]} (correct), {terms[1]} (format)")
             except Exception as error:

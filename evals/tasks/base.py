@@ -64,6 +64,12 @@ class DataUnavailable(RuntimeError):
     """A source cannot be read here (not installed, not reachable, not in the data dir)."""
 
 
+class Ungradable(Exception):
+    """The verifier could not grade this completion within its limits (evals/grading.py). The
+    completion is at fault, not the verifier: it scores 0 and is counted in `reward_errors`,
+    whatever `reward.on_error` says."""
+
+
 class Task:
     """Base class of a task; subclasses set `name` and implement the methods below."""
 

@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from evals import grading
 from evals.tasks import register_task
 from evals.tasks.base import (
     Attempt,
@@ -128,6 +129,29 @@ def _canonical_number(text: str) -> str | None:
         return cleaned
 
 
+def final_number(completion: str) -> str | None:
+    """The last '#### n' number in the tail, else the tail's last number (verl's order)."""
+    tail = completion[-TAIL_CHARS:]
+    for pattern in (STRICT, FLEXIBLE):
+        for match in reversed(pattern.findall(tail)):
+            # verl skips only "" and "."; any match without a digit is no number either.
+            number = _canonical_number(match)
+            if number is not None:
+                return number
+    return None
+
+
+def solves(answer: str, completion: str) -> bool:
+    """Is the completion's final number (`final_number`) the gold `answer`, within 1e-6?"""
+    predicted = final_number(completion)
+    if predicted is None:
+        return False
+    try:
+        return math.isclose(float(predicted), float(answer), rel_tol=0, abs_tol=1e-6)
+    except ValueError:
+        return False
+
+
 @register_task
 class GSM8K(Task):
     """GSM8K with the verl prompt and reward (strict '####' answer, flexible fallback)."""
@@ -153,24 +177,12 @@ class GSM8K(Task):
         return f'{problem.question} Let\'s think step by step and output the final answer after "####".'
 
     def extract(self, completion: str) -> str | None:
-        """The last '#### n' number in the tail, else the tail's last number (verl's order)."""
-        tail = completion[-TAIL_CHARS:]
-        for pattern in (STRICT, FLEXIBLE):
-            for match in reversed(pattern.findall(tail)):
-                # verl skips only "" and "."; any match without a digit is no number either.
-                number = _canonical_number(match)
-                if number is not None:
-                    return number
-        return None
+        return final_number(completion)
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
-        predicted = self.extract(completion)
-        if predicted is None:
-            return False
-        try:
-            return math.isclose(float(predicted), float(problem.answer), rel_tol=0, abs_tol=1e-6)
-        except ValueError:
-            return False
+        """The extracted number equals the gold answer, judged in the grading worker under its
+        wall-clock limit (evals/grading.py)."""
+        return grading.call(solves, problem.answer, completion)
 
     def has_format(self, completion: str) -> bool:
         return any(

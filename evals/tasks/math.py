@@ -19,6 +19,7 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from evals import grading
 from evals.tasks import register_task
 from evals.tasks.base import (
     Attempt,
@@ -70,6 +71,15 @@ def _timeout() -> int | None:
     """math-verify's timeouts use signal.alarm, which works only in the main thread; elsewhere
     none is set, so a thread pool that scores completions must bound its own wall-clock."""
     return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def verified(answer: str, completion: str) -> bool:
+    """Does math-verify find the completion's answer equal to the gold `answer`? Run in the grading
+    worker (`MATH.is_correct`), whose wall-clock limit bounds it: math-verify's own timeouts are
+    off, so that an answer built to be slow (`\\boxed{9^{9^{9^{9}}}}`) ends as Ungradable and is
+    counted, not quietly scored as wrong."""
+    predicted = parse(completion, extraction_config=PREDICTION_CONFIG, parsing_timeout=None)
+    return verify(parse(f"${answer}$", parsing_timeout=None), predicted, timeout_seconds=None)
 
 
 def parse_gold(answer: str) -> list:
@@ -194,9 +204,8 @@ class MATH(Task):
         return last_boxed(completion)
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
-        timeout = _timeout()
-        predicted = parse(completion, extraction_config=PREDICTION_CONFIG, parsing_timeout=timeout)
-        return verify(parse_gold(problem.answer), predicted, timeout_seconds=timeout)
+        """math-verify's judgement, in the grading worker under its wall-clock limit (evals/grading.py)."""
+        return grading.call(verified, problem.answer, completion)
 
     def has_format(self, completion: str) -> bool:
         return last_boxed(completion) is not None
