@@ -59,28 +59,39 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
 
     Each problem's greedy completion and its samples are decoded in one batch (`greedy_first`),
     in blocks of as many problems as fit `batch_size` rows; a block is the unit of caching, so a
-    killed evaluation redoes at most one."""
+    killed evaluation redoes at most one. Each cached block keeps the meters it cost, which a
+    resumed evaluation adds back, so that its cost is the whole evaluation's."""
     ev = cfg.evaluation
     params = SamplingParams(n=1 + ev.samples, temperature=ev.temperature, top_p=ev.top_p,
                             max_new_tokens=ev.max_new_tokens, batch_size=ev.batch_size, greedy_first=True)
     block = max(1, ev.batch_size // params.n)
     done = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
-    cached = {(d["member"], d["block"]): d["rows"] for d in done}
+    # A block cached without its meters (an older version) is generated again, not counted as free.
+    cached = {(d["member"], d["block"]): {"rows": d["rows"], "spent": d["spent"]} for d in done if "spent" in d}
     per_member = []
     for member, (tokenizer, generate) in enumerate(_members(artifact, cfg, meter, cache.parent)):
         rows = []
         for b, start in enumerate(range(0, len(problems), block)):
-            if (member, b) not in cached:
+            if (member, b) in cached:
+                spent = cached[member, b]["spent"]
+                for name, amount in spent["counts"].items():
+                    meter.count(name, amount)
+                for name, seconds in spent["seconds"].items():
+                    meter.seconds[name] += seconds
+            else:
                 chunk = problems[start : start + block]
                 prompts = [prompt_text(tokenizer, task.messages(p)) for p in chunk]
                 seeded = dataclasses.replace(params, seed=ev.seed * 100_003 + b)
+                counts, seconds = dict(meter.counts), dict(meter.seconds)
                 completions = generate(prompts, seeded,
                                        desc=f"{task.name} member {member} problems {start}-{start + len(chunk)}")
-                cached[member, b] = [[{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r]
-                                     for r in completions]
+                spent = {"counts": {k: v - counts.get(k, 0) for k, v in meter.counts.items() if v != counts.get(k, 0)},
+                         "seconds": {k: v - seconds.get(k, 0.0) for k, v in meter.seconds.items()}}
+                cached[member, b] = {"spent": spent, "rows": [
+                    [{"text": c.text, "tokens": c.tokens, "finished": c.finished} for c in r] for r in completions]}
                 with open(cache, "a") as fh:
-                    fh.write(json.dumps({"member": member, "block": b, "rows": cached[member, b]}) + "\n")
-            rows.extend(cached[member, b])
+                    fh.write(json.dumps({"member": member, "block": b, **cached[member, b]}) + "\n")
+            rows.extend(cached[member, b]["rows"])
         per_member.append({"greedy": [r[:1] for r in rows], "sample": [r[1:] for r in rows]})
     return per_member
 

@@ -4,6 +4,7 @@ inference passes, and resumes a killed evaluation to the same completions."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from evals.evaluate import _vote
@@ -54,12 +55,21 @@ def test_ensemble_answers_by_vote_at_k_inference_passes(workdir, tiny_model_dir)
     assert len(lines) == single["problems"] * (1 + single["samples_per_problem"]), "one voted answer per sample"
 
 
-def test_killed_evaluation_resumes_to_the_same_completions(workdir):
+def test_killed_evaluation_resumes_to_the_same_completions_and_cost(workdir, monkeypatch):
+    from evals import evaluate as evaluation
+
     artifact = workdir.train()
     first = workdir.evaluate(artifact, "results/eval/a/metrics.json")
     completions = Path("results/eval/a/completions.jsonl").read_text()
+    generated = []
+    sample = evaluation.sample
+    monkeypatch.setattr(evaluation, "sample", lambda *a, **k: generated.append(1) or sample(*a, **k))
     resumed = workdir.evaluate(artifact, "results/eval/a/metrics.json")
-    assert resumed["cost"]["eval"]["sequences_generated"] == 0, "cached blocks are not generated again"
+    assert generated == [], "cached blocks are not generated again"
+    counted = ("sequences_generated", "tokens_generated", "forward_passes", "tokens_processed", "reward_calls")
+    assert {k: resumed["cost"]["eval"][k] for k in counted} == {k: first["cost"]["eval"][k] for k in counted}, (
+        "a resumed evaluation reports what the whole evaluation cost, cached blocks included")
+    assert resumed["cost"]["eval"]["time_generate_s"] == pytest.approx(first["cost"]["eval"]["time_generate_s"])
     assert Path("results/eval/a/completions.jsonl").read_text() == completions
     [work] = Path("results/work/eval/mezo/gsm8k/seed0").iterdir()  # one folder: one config
     cache = work / "generations.jsonl"
