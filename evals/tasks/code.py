@@ -67,7 +67,10 @@ def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
             continue
         entry_point = called[0][1]
         setup = row.get("test_setup_code", "").replace("\r\n", "\n")
-        check = "def check(candidate):\n" + textwrap.indent("\n".join(tests), "    ")
+        # The asserts call the entry point by name: inside `check` that name is bound to the
+        # candidate, the sandbox's checked wrapper, which a completion cannot rebind globally.
+        asserts = [f"{entry_point} = candidate", *tests]
+        check = "def check(candidate):\n" + textwrap.indent("\n".join(asserts), "    ")
         problems.append(
             Problem(
                 id=f"mbpp/{row['task_id']}",
@@ -116,14 +119,16 @@ class Code(Task):
         The prompt is prepended even when the code defines the function itself: each HumanEval
         prompt compiles on its own (a docstring-only stub the code then replaces), and whole
         functions often drop the prompt's imports (`from typing import List`). A body-only
-        completion continues the prompt's stub.
+        completion continues the prompt's stub. The check call comes last: `is_correct` has the
+        sandbox wrap the entry point just before it, so that only plain data reaches the tests.
         """
         meta = problem.meta
         code = self.extract(completion)
         return f"{meta['prompt']}\n{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
-        return run_program(self.program(problem, completion)).passed
+        """The tests pass in the sandbox, and the entry point returned only plain data to them."""
+        return run_program(self.program(problem, completion), entry_point=problem.meta["entry_point"]).passed
 
     def has_format(self, completion: str) -> bool:
         return FENCED_BLOCK.search(completion) is not None
