@@ -24,7 +24,7 @@ from evals import vllm_sampler
 from evals.passk import mean_ci, pass_at_k_curve
 from evals.sampler import SamplingParams, prompt_text, sample
 from evals.tasks import get_task
-from evals.tasks.base import Problem, Ungradable
+from evals.tasks.base import Problem, graded
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
 from harness.outputs import atomic_path, read_json, work_dir, write_json
@@ -96,15 +96,6 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
     return per_member
 
 
-def _grade(task, problem: Problem, text: str) -> bool | None:
-    """Whether `text` solves `problem`; None where the verifier could not grade it within its
-    limits (`Ungradable`): it scores 0 and is counted in `reward_errors`, as in training."""
-    try:
-        return bool(task.is_correct(problem, text))
-    except Ungradable:
-        return None
-
-
 def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file: Path, data_dir: Path,
              tracking_file: Path, out: Path) -> dict:
     """Evaluate one trained artifact; write `completions.jsonl` and, last, `metrics.json`."""
@@ -127,10 +118,10 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
                 for s in range(len(candidates[0])):
                     winner = _vote(task, [c[s]["text"] for c in candidates]) if len(candidates) > 1 else 0
                     chosen.append(candidates[winner][s])
-                graded = list(pool.map(lambda c: _grade(task, problem, c["text"]), chosen))
-                scores = [bool(ok) for ok in graded]
+                verdicts = list(pool.map(lambda c: graded(task, problem, c["text"]), chosen))
+                scores = [0 if verdict is None else verdict for verdict in verdicts]
                 meter.count("reward_calls", len(chosen))
-                meter.count("reward_errors", graded.count(None))
+                meter.count("reward_errors", verdicts.count(None))
                 correct[mode].append(sum(scores))
                 for s, (c, ok) in enumerate(zip(chosen, scores)):
                     records.append({"problem": problem.id, "mode": mode, "sample": s, "text": c["text"],

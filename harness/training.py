@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from evals.sampler import Completion, SamplingParams, prompt_text, sample
 from evals.tasks import get_task
-from evals.tasks.base import Problem, Ungradable
+from evals.tasks.base import Problem, graded
 from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
 from harness.contract import Artifact, Score
@@ -111,12 +111,10 @@ class Run:
         self.meters.count("reward_calls")
         with self.meters.phase("score"):
             try:
-                try:
-                    correct = float(self.task.is_correct(problem, completion))
-                except Ungradable:
+                correct = graded(self.task, problem, completion)
+                if correct is None:
                     self.meters.count("reward_errors")
-                    correct = 0.0
-                terms = correct, float(self.task.has_format(completion))
+                terms = float(correct or 0.0), float(self.task.has_format(completion))
                 if not all(map(math.isfinite, terms)):
                     raise ValueError(f"verifier returned {terms[0]} (correct), {terms[1]} (format)")
             except Exception as error:

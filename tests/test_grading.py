@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from evals import grading
-from evals.evaluate import _grade
 from evals.tasks import get_task
-from evals.tasks.base import Problem, Ungradable
+from evals.tasks.base import Problem, Ungradable, graded
 from harness import config, meters, training
 
 SLOW = r"The answer is \boxed{9^{9^{9^{9}}}}."
@@ -42,7 +41,7 @@ def test_an_answer_built_to_be_slow_is_ungradable_within_the_limit(monkeypatch):
     with pytest.raises(Ungradable):
         task.is_correct(PROBLEM, SLOW)
     assert time.monotonic() - start < 10
-    assert _grade(task, PROBLEM, SLOW) is None, "the evaluator scores it 0 and counts it"
+    assert graded(task, PROBLEM, SLOW) is None, "the evaluator scores it 0 and counts it"
     assert get_task("gsm8k").is_correct(Problem(id="g", question="q", answer="72"), "#### 72")
 
 

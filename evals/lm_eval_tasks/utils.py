@@ -13,7 +13,7 @@ it calls.
 from __future__ import annotations
 
 from evals.tasks import get_task
-from evals.tasks.base import Problem, Ungradable
+from evals.tasks.base import Problem, graded
 
 
 def problem(doc: dict) -> Problem:
@@ -30,7 +30,4 @@ def user_message(task: str, doc: dict) -> str:
 def process_results(task: str, doc: dict, results: list[str]) -> dict[str, float]:
     """The score of the one greedy completion in `results`: nograd's verifier, as exact_match (0 where
     it cannot grade the completion within its limits, as nograd's evaluation scores it)."""
-    try:
-        return {"exact_match": float(get_task(task).is_correct(problem(doc), results[0]))}
-    except Ungradable:
-        return {"exact_match": 0.0}
+    return {"exact_match": float(graded(get_task(task), problem(doc), results[0]) or 0.0)}

@@ -70,6 +70,15 @@ class Ungradable(Exception):
     whatever `reward.on_error` says."""
 
 
+def graded(task: Task, problem: Problem, completion: str) -> float | None:
+    """`task.is_correct`, as it returns it, or None where the verifier could not grade the
+    completion (Ungradable): every caller scores that 0 and counts it in `reward_errors`."""
+    try:
+        return task.is_correct(problem, completion)
+    except Ungradable:
+        return None
+
+
 class Task:
     """Base class of a task; subclasses set `name` and implement the methods below."""
 
