@@ -119,9 +119,11 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
                     winner = _vote(task, [c[s]["text"] for c in candidates]) if len(candidates) > 1 else 0
                     chosen.append(candidates[winner][s])
                 verdicts = list(pool.map(lambda c: graded(task, problem, c["text"]), chosen))
-                scores = [0 if verdict is None else verdict for verdict in verdicts]
+                scores = [score for score, _ in verdicts]
                 meter.count("reward_calls", len(chosen))
-                meter.count("reward_errors", verdicts.count(None))
+                for _, fault in verdicts:
+                    if fault:
+                        meter.count(fault)
                 correct[mode].append(sum(scores))
                 for s, (c, ok) in enumerate(zip(chosen, scores)):
                     records.append({"problem": problem.id, "mode": mode, "sample": s, "text": c["text"],

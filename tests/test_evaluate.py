@@ -1,7 +1,9 @@
 """The evaluator accepts every artifact kind, votes ensembles by majority, counts an ensemble's
 inference passes, and resumes a killed evaluation to the same completions."""
 
+import itertools
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 
 from evals.evaluate import _vote
 from evals.tasks import get_task
+from evals.tasks.base import RewardHack, Ungradable
 from harness import artifacts, models
 from harness.outputs import read_json, write_json
 from harness.perturb import combine_, trainable
@@ -80,3 +83,28 @@ def test_killed_evaluation_resumes_to_the_same_completions_and_cost(workdir, mon
     assert again["pass_at_k"] == first["pass_at_k"] and again["greedy"] == first["greedy"]
     assert [json.loads(line)["mode"] for line in completions.splitlines()][:1] == ["greedy"]
     assert read_json("results/eval/a/metrics.json")["problems"] == 2
+
+
+@pytest.mark.parametrize("workdir", [("base", {})], indirect=True)
+def test_evaluation_scores_refused_completions_0_and_counts_each_by_its_fault(workdir, monkeypatch):
+    task = type(get_task("gsm8k"))
+    calls, lock = itertools.count(), threading.Lock()  # the evaluator grades from a thread pool
+
+    def refusing(self, problem, completion):
+        with lock:
+            call = next(calls)
+        if call % 3 == 0:
+            raise RewardHack("returned a subclass of int")
+        if call % 3 == 1:
+            raise Ungradable("took longer than its limit")
+        return True
+
+    monkeypatch.setattr(task, "is_correct", refusing)
+    result = workdir.evaluate(workdir.train())
+    graded = result["cost"]["eval"]["reward_calls"]
+    assert graded == result["problems"] * (1 + result["samples_per_problem"]) == next(calls)
+    assert result["cost"]["eval"]["reward_hacks"] == len(range(0, graded, 3))
+    assert result["cost"]["eval"]["reward_errors"] == len(range(1, graded, 3))
+    correct = sum(json.loads(line)["correct"] for line in Path("results/eval/base/gsm8k/seed0/completions.jsonl")
+                  .read_text().splitlines())
+    assert correct == len(range(2, graded, 3)), "refused completions score 0, the others as the verifier says"

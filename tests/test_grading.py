@@ -41,7 +41,7 @@ def test_an_answer_built_to_be_slow_is_ungradable_within_the_limit(monkeypatch):
     with pytest.raises(Ungradable):
         task.is_correct(PROBLEM, SLOW)
     assert time.monotonic() - start < 10
-    assert graded(task, PROBLEM, SLOW) is None, "the evaluator scores it 0 and counts it"
+    assert graded(task, PROBLEM, SLOW) == (0.0, "reward_errors"), "every caller scores it 0 and counts it"
     assert get_task("gsm8k").is_correct(Problem(id="g", question="q", answer="72"), "#### 72")
 
 

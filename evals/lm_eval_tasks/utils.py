@@ -30,4 +30,4 @@ def user_message(task: str, doc: dict) -> str:
 def process_results(task: str, doc: dict, results: list[str]) -> dict[str, float]:
     """The score of the one greedy completion in `results`: nograd's verifier, as exact_match (0 where
     it cannot grade the completion within its limits, as nograd's evaluation scores it)."""
-    return {"exact_match": float(graded(get_task(task), problem(doc), results[0]) or 0.0)}
+    return {"exact_match": graded(get_task(task), problem(doc), results[0])[0]}

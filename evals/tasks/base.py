@@ -70,13 +70,23 @@ class Ungradable(Exception):
     whatever `reward.on_error` says."""
 
 
-def graded(task: Task, problem: Problem, completion: str) -> float | None:
-    """`task.is_correct`, as it returns it, or None where the verifier could not grade the
-    completion (Ungradable): every caller scores that 0 and counts it in `reward_errors`."""
+class RewardHack(Exception):
+    """The completion tried to pass by handing its tests something other than plain data (an
+    object whose `__eq__` always answers True, a subclass of int; evals/sandbox.py). It scores 0
+    and is counted in `reward_hacks`, so the report shows which method learned to hack."""
+
+
+FAULTS = {Ungradable: "reward_errors", RewardHack: "reward_hacks"}
+"""A completion the verifier refuses to grade, and the meter that counts it."""
+
+
+def graded(task: Task, problem: Problem, completion: str) -> tuple[float, str | None]:
+    """(score, fault): `task.is_correct`'s verdict and None, or 0 and the meter that counts a
+    completion the verifier refused (`FAULTS`). Every caller scores and counts alike."""
     try:
-        return task.is_correct(problem, completion)
-    except Ungradable:
-        return None
+        return float(task.is_correct(problem, completion)), None
+    except (Ungradable, RewardHack) as refused:
+        return 0.0, FAULTS[type(refused)]
 
 
 class Task:

@@ -19,6 +19,7 @@ from evals.sandbox import run_program
 from evals.tasks import register_task
 from evals.tasks.base import (
     Problem,
+    RewardHack,
     Source,
     Task,
     hub_attempt,
@@ -127,8 +128,11 @@ class Code(Task):
         return f"{meta['prompt']}\n{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
-        """The tests pass in the sandbox, and the entry point returned only plain data to them."""
-        return run_program(self.program(problem, completion), entry_point=problem.meta["entry_point"]).passed
+        """The tests pass in the sandbox; RewardHack where the entry point handed them anything but plain data."""
+        result = run_program(self.program(problem, completion), entry_point=problem.meta["entry_point"])
+        if result.status == "reward_hack":
+            raise RewardHack(result.detail)
+        return result.passed
 
     def has_format(self, completion: str) -> bool:
         return FENCED_BLOCK.search(completion) is not None
