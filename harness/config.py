@@ -96,6 +96,10 @@ class TrainingConfig:
     """Longest rollout, in tokens, when a method samples completions during training."""
     checkpoint_every: int = 50
     """Steps between resumable checkpoints (kept outside Snakemake's declared outputs)."""
+    on_nonfinite: Literal["skip", "raise"] = "skip"
+    """A loss, a perturbed member's weights or a training batch that is not finite (NaN or Inf):
+    'skip' leaves it out (the member scores NaN and gets no weight in the update, the batch adds
+    no gradient) and counts it (meter nonfinite); 'raise' stops the run with one line saying where."""
 
 
 @dataclass

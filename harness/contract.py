@@ -115,6 +115,10 @@ class Run(Protocol):
     def heldout_loss(self, problems: Sequence[Problem], batch_size: int) -> float:
         """Mean `loss` over held-out problems, an evaluation counted apart from the training meters."""
 
+    def skip_nonfinite(self, what: str) -> None:
+        """`what` (a loss, a batch) is NaN or Inf: counted in the `nonfinite` meter and left out by the caller, or,
+        under `training.on_nonfinite: raise`, the run stops with one line naming it and the step."""
+
     def log(self, logged_elsewhere: dict[str, float] | None = None, **metrics: float) -> None:
         """The method's step metrics, logged beside every meter at the current step (`logged_elsewhere`: already
         in MLflow, kept in the history only)."""

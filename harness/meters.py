@@ -14,7 +14,11 @@ Counted by hooks on the model:
   was recomputed, in whole forwards (fractional when only some layers are checkpointed).
 Counted by the harness's sampler (GRPO's rollouts included) and reward: sequences_generated,
 tokens_generated, reward_calls, reward_errors (completions scored 0 because the verifier failed,
-under `reward.on_error: zero`, or could not grade them within its limits, evals/grading.py).
+under `reward.on_error: zero`, or could not grade them within its limits, evals/grading.py),
+reward_hacks (code completions scored 0 because they handed their tests something other than
+plain data, evals/sandbox.py).
+Counted by the harness where a value stops being finite (`training.on_nonfinite`): nonfinite
+(losses, perturbed weights and training batches found not finite and skipped).
 Set aside (`heldout`): evaluation a training run makes of its own progress (MeZO's and SAZO's
 held-out loss) is not a training query; its forward passes and tokens are counted as
 heldout_forward_passes and heldout_tokens_processed, its time as time_heldout_s, and never in
@@ -47,6 +51,8 @@ COUNTERS = (
     "tokens_generated",
     "reward_calls",
     "reward_errors",
+    "reward_hacks",
+    "nonfinite",
     "heldout_forward_passes",
     "heldout_tokens_processed",
 )

@@ -18,6 +18,13 @@ model's weights are a cast of. A temporary move (`perturbed`) shows the model th
 master + offset and then the cast of the master again, so the low-precision weights return bit
 for bit and the master never moves. The master is a real cost of the method: it is allocated in
 the training process, where the memory meters see it.
+
+Non-finite moves. A move whose result would not be finite (a coefficient so large that a weight
+overflows) is caught tensor by tensor before it is written: inside `perturbed` that tensor is left
+as it was and `Weights.finite` is False until the block ends, which the harness's `Run` reads
+(`training.on_nonfinite`: the member is skipped, or the run stops); a lasting move (`perturb_`,
+`combine_`) with a non-finite coefficient or result stops the run with one line, since its weights
+cannot be trusted after it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
+
+from harness.errors import NogradError
 
 NoiseMode = Literal["iid", "shared"]
 
@@ -60,6 +69,8 @@ class Weights(list):
         self.model_weights = list(params)
         super().__init__(p.detach().float() if _below_fp32(p) else p for p in self.model_weights)
         self._perturbed = False
+        self.finite = True
+        """False inside a `perturbed` block whose move would have made a weight NaN or Inf."""
 
     @property
     def masters(self) -> dict[str, torch.Tensor]:
@@ -96,11 +107,26 @@ def in_fp32(params: Sequence[torch.Tensor]) -> Iterator[tuple[int, torch.Tensor]
                 param.copy_(tensor)
 
 
+def _finite_terms(terms: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    if bad := [(seed, coef) for seed, coef in terms if not math.isfinite(coef)]:
+        raise NogradError(f"an update by a non-finite coefficient ({bad[0][1]} on seed {bad[0][0]}) was refused: "
+                          "the weights are unchanged")
+    return terms
+
+
+def _checked(tensor: torch.Tensor, index: int) -> None:
+    if not torch.isfinite(tensor).all():
+        raise NogradError(f"an update made weight tensor {index} non-finite (overflow): the run stops, "
+                          "its last checkpoint holds finite weights")
+
+
 @torch.no_grad()
 def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: NoiseMode = "iid") -> None:
     """params += scale * noise(seed), tensor by tensor, in place (on the masters, if any)."""
+    _finite_terms([(seed, scale)])
     for index, tensor in in_fp32(params):
         tensor.add_(noise(tensor, seed, index, mode).to(tensor.dtype), alpha=scale)
+        _checked(tensor, index)
 
 
 def _combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
@@ -119,9 +145,10 @@ def combine_(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]],
     the negated sum: a move is undone up to the rounding of the two additions to the parameters
     (the fp32 masters, for a low-precision model).
     """
-    terms = list(terms)
+    terms = _finite_terms(list(terms))
     for index, tensor in in_fp32(params):
         tensor.add_(_combination(tensor, index, terms, mode).to(tensor.dtype))
+        _checked(tensor, index)
 
 
 @contextmanager
@@ -139,23 +166,34 @@ def perturbed(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]]
     if weights._perturbed:
         raise RuntimeError("perturbed() blocks do not nest; move the centre with combine_ instead")
 
+    skipped: set[int] = set()  # tensors the move would have made non-finite, left unmoved
+
     @torch.no_grad()
     def move(sign: float) -> None:
         for index, (tensor, target) in enumerate(zip(weights, weights.model_weights)):
-            if tensor is target:
-                tensor.add_(_combination(tensor, index, terms, mode).to(tensor.dtype), alpha=sign)
-            elif sign > 0:
-                target.copy_(tensor + _combination(tensor, index, terms, mode))
-            else:
+            if index in skipped:
+                continue
+            if sign < 0 and tensor is not target:
                 target.copy_(tensor)
+                continue
+            offset = _combination(tensor, index, terms, mode).to(tensor.dtype)
+            if sign < 0:
+                tensor.sub_(offset)
+                continue
+            moved = (tensor + offset).to(target.dtype)  # the cast to a low-precision weight may overflow too
+            if torch.isfinite(moved).all():
+                target.copy_(moved)
+            else:
+                skipped.add(index)
 
     weights._perturbed = True
     move(1.0)
+    weights.finite = not skipped
     try:
         yield
     finally:
         move(-1.0)
-        weights._perturbed = False
+        weights._perturbed, weights.finite = False, True
 
 
 @torch.no_grad()
@@ -188,6 +226,12 @@ def trainable(model: torch.nn.Module) -> Weights:
     if weights is None:
         weights = model.__dict__["_nograd_weights"] = Weights(list(model.parameters()))
     return weights
+
+
+def moved_finite(model: torch.nn.Module) -> bool:
+    """False while the model is inside a `perturbed` block whose move would have made a weight non-finite."""
+    weights = model.__dict__.get("_nograd_weights")
+    return weights is None or weights.finite
 
 
 def master_of(model: torch.nn.Module) -> Weights | None:

@@ -105,16 +105,18 @@ class Run:
         A verifier that raises or returns NaN stops the run with one line naming the task, the
         problem and the completion; with `reward.on_error: zero` that completion scores 0 on both
         terms instead and is counted in the `reward_errors` meter. Either way no NaN leaves here.
-        A completion the verifier cannot grade within its limits (`Ungradable`: built to be slow)
-        is not the verifier's failure: its correctness is 0 and it is counted in `reward_errors`.
+        A completion the verifier refuses is not the verifier's failure: its correctness is 0 and
+        it is counted in `reward_errors` when it cannot be graded within the verifier's limits
+        (`Ungradable`: built to be slow), in `reward_hacks` when it handed its tests something other
+        than plain data (`RewardHack`).
         """
         self.meters.count("reward_calls")
         with self.meters.phase("score"):
             try:
-                correct = graded(self.task, problem, completion)
-                if correct is None:
-                    self.meters.count("reward_errors")
-                terms = float(correct or 0.0), float(self.task.has_format(completion))
+                correct, fault = graded(self.task, problem, completion)
+                if fault:
+                    self.meters.count(fault)
+                terms = correct, float(self.task.has_format(completion))
                 if not all(map(math.isfinite, terms)):
                     raise ValueError(f"verifier returned {terms[0]} (correct), {terms[1]} (format)")
             except Exception as error:
@@ -130,11 +132,14 @@ class Run:
     def rollout(self, problems: Sequence[Problem], n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                 score: Score = "reward") -> tuple[list[list[Completion]], np.ndarray]:
         """`n` completions per problem through the metered sampler, and their rewards [problems, n]
-        (`score`: the reward, or correctness alone; see `reward`)."""
+        (`score`: the reward, or correctness alone; see `reward`). Inside a perturbation whose
+        weights would not be finite, no completions and NaN rewards (`training.on_nonfinite`)."""
         params = SamplingParams(
             n=n, temperature=temperature, top_p=top_p, max_new_tokens=self.config.training.max_new_tokens,
             seed=int(self.rng.integers(2**31)), batch_size=self.config.evaluation.batch_size,
         )
+        if not self._member_finite():
+            return [[] for _ in problems], np.full((len(problems), n), np.nan)
         completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
         rewards = np.array([[self.reward(p, c.text, score) for c in row] for p, row in zip(problems, completions)])
         return completions, rewards
@@ -170,11 +175,15 @@ class Run:
         return {name: self._vllm.adapter(where / name) for name in names}
 
     def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
-        """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
+        """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss.
+        A loss that is not finite, or every loss inside a perturbation that would not be finite, is
+        NaN, counted in `nonfinite` (or stops the run, `training.on_nonfinite: raise`)."""
         missing = [p.id for p in problems if not p.solution]
         if missing:
             raise NogradError(f"task {self.task.name}: no reference solution for {missing[0]} "
                               "(loss objectives need one)")
+        if not self._member_finite():
+            return torch.full((len(problems),), math.nan, device=self.model.device)
         prompts = self.prompts(problems)
         eos = self.tokenizer.eos_token or ""
         rows, masks = [], []
@@ -193,7 +202,25 @@ class Run:
             logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
             weights = target_mask[:, 1:].to(nll.dtype)
-            return (nll * weights).sum(1) / weights.sum(1)
+            losses = (nll * weights).sum(1) / weights.sum(1)
+        for problem, value in zip(problems, losses.tolist()):
+            if not math.isfinite(value):
+                self.skip_nonfinite(f"the loss on problem {problem.id}")
+        return losses
+
+    def _member_finite(self) -> bool:
+        """False, after counting it (or stopping), inside a perturbation that would have made a weight non-finite."""
+        if perturb.moved_finite(self.model):
+            return True
+        self.skip_nonfinite("a perturbed member's weights")
+        return False
+
+    def skip_nonfinite(self, what: str) -> None:
+        """`what` is NaN or Inf: count it for the caller to leave out (`training.on_nonfinite: skip`), or stop."""
+        if self.config.training.on_nonfinite == "raise":
+            raise NogradError(f"{self.method}: {what} at step {self._step} is not finite (NaN or Inf); "
+                              "training.on_nonfinite: skip would leave it out and count it")
+        self.meters.count("nonfinite")
 
     def heldout_loss(self, problems: Sequence[Problem], batch_size: int) -> float:
         """Mean `loss` over held-out `problems`, `batch_size` at a time. An evaluation of the run's

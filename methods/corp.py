@@ -65,6 +65,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from harness.contract import Artifact, Run
+from harness.errors import NogradError
 from harness.fitness import softmax
 from harness.perturb import combine_, trainable
 from methods import register
@@ -188,15 +189,24 @@ class Merge:
 
 
 def merge(members: np.ndarray, rewards: np.ndarray, q: float, beta: float, rank: int) -> Merge:
-    """Elite by reward quantile, softmax(beta r) weights, then re-weighted by compatibility."""
+    """Elite by reward quantile, softmax(beta r) weights, then re-weighted by compatibility. Members
+    the harness skipped (NaN rewards, `training.on_nonfinite`) are left out of the elite."""
     rewards = np.asarray(rewards, dtype=np.float64)
-    elite = np.flatnonzero(rewards >= np.quantile(rewards, q))
+    finite = np.isfinite(rewards)
+    if not finite.any():
+        raise NogradError("corp: every member of the population was skipped as non-finite: nothing to merge")
+    elite = np.flatnonzero(finite & (rewards >= np.quantile(rewards[finite], q)))
     cloud, reward = members[elite], rewards[elite]
     pass1 = softmax(beta * reward)
     alignment, dispersion = compatibility(cloud, pass1 @ cloud)
     pass2 = softmax(beta * reward + standardize(alignment) - standardize(dispersion))
     delta, axes, eigenvalues = weighted_cloud(cloud, pass2, rank)
     return Merge(elite, pass1, alignment, dispersion, pass2, delta, axes, eigenvalues)
+
+
+def mean_or_worst(rewards: np.ndarray) -> float:
+    """The mean reward, or -inf for a member the harness skipped (NaN rewards): never the best."""
+    return float(rewards.mean()) if np.isfinite(rewards).all() else -math.inf
 
 
 def unit(vector: np.ndarray) -> np.ndarray:
@@ -278,7 +288,7 @@ def collapse(run: Run, config: CoRPConfig, support, probe) -> None:
             merged = merge(population, rewards, q, beta, config.rank)
             for scale in config.scale_grid:
                 probe_rewards = rewards_at(run, terms(scale * merged.delta, basis), probe, config.noise, config.score)
-                if best is None or probe_rewards.mean() > best[0].mean():
+                if best is None or mean_or_worst(probe_rewards) > mean_or_worst(best[0]):
                     best = (probe_rewards, merged, q, beta, scale)
     probe_rewards, merged, q, beta, scale = best
 
@@ -349,7 +359,7 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
         state["perturbations"] += len(config.line_search)
         for alpha in config.line_search:
             probe_rewards = score(alpha * eta * direction, basis, probe)
-            if line is None or probe_rewards.mean() > line[0].mean():
+            if line is None or mean_or_worst(probe_rewards) > mean_or_worst(line[0]):
                 line = (probe_rewards, alpha * eta)
         probe_rewards, eta = line
         metrics["probe_lcb"] = paired_lcb(probe_rewards, state["probe_rewards"], config.gate_z)

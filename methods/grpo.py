@@ -51,7 +51,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import torch
 
@@ -141,7 +141,21 @@ def metered_trainer() -> type[GRPOTrainer]:
         path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
         penalty), metered as the sampler meters its own. `_generate_single_turn` is private to TRL:
         the pin trl==1.16.0 (pyproject.toml) is what keeps its signature and return value as used
-        here."""
+        here.
+
+        A micro-batch whose loss is NaN or Inf adds no gradient: `compute_loss` hands the harness's
+        `skip_nonfinite` (counted, or the run stops under `training.on_nonfinite: raise`) a zero instead."""
+
+        def __init__(self, *args, skip_nonfinite: Callable[[str], None], **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.skip_nonfinite = skip_nonfinite
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if torch.isfinite(loss):
+                return loss
+            self.skip_nonfinite("the loss of a micro-batch")
+            return loss.new_zeros((), requires_grad=True)
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
             if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
@@ -267,7 +281,7 @@ def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run:
         trainer = trainer_class(
             model=run.model, reward_funcs=[rewards.correctness, rewards.format], args=trl_config(config, run),
             train_dataset=dataset, processing_class=run.tokenizer, callbacks=[HarnessSteps(loop, first)],
-            **trainer_kwargs,
+            skip_nonfinite=run.skip_nonfinite, **trainer_kwargs,
         )
         if trainer.ref_model is not None:
             run.meters.attach(trainer.ref_model)

@@ -24,6 +24,7 @@ evaluation, counted apart from the training queries (`Run.heldout_loss`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
@@ -67,8 +68,9 @@ def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor
     """Two-point SPSA: returns (per-example projected gradients, per-example mean loss).
 
     `objective` returns a loss per example; the directional derivative of each example along z
-    is (l+_j - l-_j) / (2 eps). The parameters are restored before returning (`perturbed`: bit for
-    bit below fp32, where the moves go to the harness's fp32 master copy).
+    is (l+_j - l-_j) / (2 eps), NaN where either loss was (a loss the harness skipped). The
+    parameters are restored before returning (`perturbed`: bit for bit below fp32, where the moves
+    go to the harness's fp32 master copy).
     """
     with perturbed(params, [(seed, eps)], noise):
         plus = objective()
@@ -80,7 +82,11 @@ def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor
 @torch.no_grad()
 def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, lr: float, weight_decay: float,
               noise: NoiseMode = "iid") -> None:
-    """theta <- theta - lr (g z + wd theta), z regenerated from the step seed."""
+    """theta <- theta - lr (g z + wd theta), z regenerated from the step seed. A projected gradient
+    that is not finite (every example's loss skipped as non-finite, `training.on_nonfinite`) makes
+    no update."""
+    if not math.isfinite(projected_grad):
+        return
     if weight_decay:
         for _, param in in_fp32(params):
             if param.ndim >= 2:  # MeZO decays neither biases nor LayerNorm weights
@@ -124,6 +130,8 @@ def train(config: MeZOConfig, run: Run) -> Artifact:
         batch = run.batch(config.batch_size)
         seed = int(run.rng.integers(2**31))
         grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
-        zo_update(params, seed, grads.mean().item(), config.lr, config.weight_decay, config.noise)
-        run.log(loss=loss.mean().item(), projected_grad=grads.mean().item())
+        kept = torch.isfinite(grads)  # every example, unless the harness skipped a non-finite loss
+        projected = grads[kept].mean().item()
+        zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)
+        run.log(loss=loss[kept].mean().item(), projected_grad=projected)
     return run.save_model()

@@ -166,9 +166,11 @@ def train(config: SAZOConfig, run: Run) -> Artifact:
         seed = int(run.rng.integers(2**31))
         grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
         weights = torch.as_tensor(1 / ratios[picks], dtype=grads.dtype, device=grads.device)
-        projected = (weights * grads).mean().item()
+        kept = torch.isfinite(grads)  # every example, unless the harness skipped a non-finite loss
+        projected = (weights * grads)[kept].mean().item()
         zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)
-        d = grads.detach().double().cpu().numpy()
+        d = grads[kept].detach().double().cpu().numpy()
+        picks = picks[kept.cpu().numpy()]
         if step < warmup:
             state["warmup_d2"] += float((d**2).sum())
             state["warmup_count"] += len(d)
@@ -176,7 +178,7 @@ def train(config: SAZOConfig, run: Run) -> Artifact:
             ema_(scores, picks, d, config.rho)
         visited[picks] = True
         p = ratios / n
-        run.log(loss=(weights * loss).mean().item(), projected_grad=projected,
+        run.log(loss=(weights * loss)[kept].mean().item(), projected_grad=projected,
                 sampling_entropy=float(-(p * np.log(p)).sum()), max_importance_weight=float(1 / ratios.min()),
                 share_visited=float(visited.mean()))
     return run.save_model()

@@ -103,8 +103,9 @@ def warm_start(config: SFTConfig, run: Run) -> None:
         picks = run.rng.choice(len(targets), size=min(config.sft_batch_size, len(targets)), replace=False)
         loss = run.loss([targets[i] for i in picks], grad=True).mean()
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        if torch.isfinite(loss):  # a batch with a loss the harness found non-finite makes no step
+            loss.backward()
+            optimizer.step()
         run.state["sft_optimizer"] = optimizer.state_dict()
         run.log(loss=loss.item())
 

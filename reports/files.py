@@ -2,7 +2,8 @@
 declares as the report rule's outputs, named here without importing pandas or matplotlib, so
 that parsing the Snakefile stays quick."""
 
-TABLES = ("accuracy", "paired", "warm_start", "cost_time", "cost_queries", "stages", "claims", "crosscheck")
+TABLES = ("accuracy", "paired", "warm_start", "cost_time", "cost_queries", "faults", "stages", "claims",
+          "crosscheck")
 """Tables also written as CSV (results/report/table_<name>.csv), for the Snakemake report and MLflow."""
 FIGURE_TITLES = {"passk": "pass@k against k", "cost": "Accuracy against training cost", "curves": "Training curves",
                  "memory": "Peak memory"}

@@ -67,6 +67,13 @@ QUERY_COLUMNS = [
     ("Inference passes / answer", None, "inference_passes", "{:,.0f}"),
 ]
 COST_COLUMNS = TIME_COLUMNS + QUERY_COLUMNS
+FAULT_COLUMNS = [
+    ("Reward errors, train", "train", "reward_errors", "{:,.1f}"),
+    ("Reward errors, eval", "eval", "reward_errors", "{:,.1f}"),
+    ("Reward hacks, train", "train", "reward_hacks", "{:,.1f}"),
+    ("Reward hacks, eval", "eval", "reward_hacks", "{:,.1f}"),
+    ("Non-finite, skipped", "train", "nonfinite", "{:,.1f}"),
+]
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -128,6 +135,7 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
         "warm_start": _warm_start_table(problems, header, tasks, intervals),
         "cost_time": _cost_table(results, methods, tasks, TIME_COLUMNS),
         "cost_queries": _cost_table(results, methods, tasks, QUERY_COLUMNS),
+        "faults": _cost_table(results, methods, tasks, FAULT_COLUMNS),
         "stages": _stages_table(histories),
         "claims": _claims_table(claim_rows),
         "crosscheck": _crosscheck_table(crosschecks, problems, methods, tasks, intervals),
@@ -165,6 +173,13 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
                    "backward passes + recompute passes; tokens processed, the token positions all forward calls "
                    "computed, beside it, since a sequence's cost grows with its length.",
                    frames["cost_queries"]),
+            _table("Faults", "faults",
+                   "Means over seeds. Reward errors: completions scored 0 because the verifier failed or could not "
+                   "grade them within its limits. Reward hacks: code completions scored 0 because they handed their "
+                   "tests something other than plain data (an object equal to everything, a subclass of int); a "
+                   "method whose evaluation shows them learned to hack. Non-finite: losses, perturbed members and "
+                   "training batches found NaN or Inf and left out (training.on_nonfinite). \"—\" where the method "
+                   "does not train or results are missing.", frames["faults"]),
         ] + ([_table("Cost: separately reported stages", "stages",
                      "Training stages a method reports on their own (e.g. ESSA's supervised warm start before its "
                      "search), per seed.", frames["stages"])] if len(frames["stages"]) else []),

@@ -20,7 +20,9 @@ def test_fitness_shaping_by_hand():
     rewards = np.array([0.0, 1.0, 1.0, 2.0])
     assert np.allclose(fitness.centered(rewards), [-1, 0, 0, 1])
     assert np.allclose(fitness.zscore(rewards), np.array([-1, 0, 0, 1]) / np.sqrt(0.5))
-    assert np.allclose(fitness.centered_ranks(rewards), [-0.5, -1 / 6, 1 / 6, 0.5])
+    # Tied members share their mean rank: breaking the tie by position (as OpenAI ES's argsort does) would
+    # move along a direction chosen by member order, which the rewards do not support.
+    assert np.allclose(fitness.centered_ranks(rewards), [-0.5, 0, 0, 0.5])
     e = np.exp([0.0, 1.0, 1.0, 2.0])
     assert np.allclose(fitness.softmax(rewards), e / e.sum())
     assert np.allclose(fitness.softmax(rewards, temperature=0.5), e**2 / (e**2).sum())

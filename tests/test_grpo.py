@@ -201,3 +201,21 @@ def test_half_precision_keeps_fp32_master_weights(workdir):
     weights = load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
     assert {w.dtype for w in weights.values()} == {torch.float32}, "AdamW steps of 1e-6 vanish in bfloat16 weights"
     assert math.isfinite(mlflow.MlflowClient().get_run(read_json(artifact)["run_id"]).data.metrics["loss"])
+
+
+@pytest.mark.parametrize("workdir", [("grpo", ONE_STEP)], indirect=True)
+def test_a_micro_batch_whose_loss_is_not_finite_adds_no_gradient_and_is_counted(workdir, monkeypatch):
+    from trl import GRPOTrainer
+
+    compute = GRPOTrainer._compute_loss
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", lambda self, *a, **k: compute(self, *a, **k) * math.nan)
+    artifact = workdir.train()
+    assert train_metrics(artifact)["meters"]["nonfinite"] == P * G // ONE_STEP["micro_batch_size"]
+    trained = artifacts.load(read_json(artifact))[0]
+    base = artifacts.load({"kind": "model", "path": read_json("results/model/manifest.json")["path"]})[0]
+    assert all(torch.equal(a, b) for a, b in zip(trained.parameters(), base.parameters())), "no update was made"
+
+    stopping = dataclasses.replace(workdir.config, training=dataclasses.replace(workdir.config.training,
+                                                                                on_nonfinite="raise"))
+    with pytest.raises(NogradError, match=r"^grpo: the loss of a micro-batch at step 0 is not finite"):
+        train_with(workdir, stopping)
