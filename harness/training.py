@@ -26,7 +26,7 @@ from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
 from harness.contract import Artifact, Score
 from harness.errors import NogradError, one_line
-from harness.outputs import atomic_dir, read_json, work_dir, write_json
+from harness.outputs import atomic_dir, finished, read_json, work_dir, write_json
 from methods import get_method
 
 HOLD_OUT_STREAM = 1
@@ -348,7 +348,8 @@ class Run:
 
 def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
           tracking_file: Path, out: Path) -> Artifact:
-    """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`."""
+    """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`;
+    then the work directory (checkpoints, the MLflow run id to resume) goes."""
     spec = get_method(method)
     out_dir = out.parent
     work = work_dir("train", method, task, seed, config_hash(cfg))
@@ -374,4 +375,5 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         write_json(out_dir / "metrics.json", result)
         mlflow.log_artifact(str(out_dir / "metrics.json"))
         write_json(out, {**artifact, "run_id": active.info.run_id, "base": run.model_manifest["path"]})
+    finished(work)
     return artifact
