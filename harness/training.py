@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -150,16 +151,19 @@ class Run:
         prompts = self.prompts(problems) * len(adapters)
         names = [name for name in adapters for _ in problems]
         if self.config.sampler == "vllm":
-            requests = self._served_adapters(adapters)
-            completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
+            with self._served_adapters(adapters) as requests:
+                completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
         else:
             completions = sample(self.model, self.tokenizer, prompts, params, adapters=names)
         rewards = [self.reward(p, row[0].text) for p, row in zip(list(problems) * len(adapters), completions)]
         return np.array(rewards).reshape(len(adapters), len(problems))
 
-    def _served_adapters(self, names: Sequence[str]) -> dict:
-        """The named adapters written to the work directory, as vLLM LoRA requests on an engine
-        serving the base model (started at the first call)."""
+    @contextmanager
+    def _served_adapters(self, names: Sequence[str]) -> Iterator[dict]:
+        """The named adapters, as vLLM LoRA requests on an engine serving the base model (started
+        at the first call), written to the work directory for one `generate` and removed after
+        it: vLLM reads an adapter's files when a request first uses its id, and every adapter
+        gets a fresh id, so no later call reads them (and no step's adapters pile up)."""
         from evals.vllm_sampler import VllmSampler
 
         if self._vllm is None:
@@ -167,7 +171,8 @@ class Run:
                                      lora_rank=self.model.peft_config[names[0]].r, max_loras=len(names))
         where = self.work_dir / "population"
         self.model.save_pretrained(where, selected_adapters=list(names))
-        return {name: self._vllm.adapter(where / name) for name in names}
+        yield {name: self._vllm.adapter(where / name) for name in names}
+        shutil.rmtree(where)
 
     def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
         """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss."""
