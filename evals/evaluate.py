@@ -131,6 +131,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
                                     "answer": task.extract(c["text"]), "correct": bool(ok)})
 
     ci = dict(bootstrap_samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed)
+    meter.disk_sample()
     result = {
         "method": method, "task": task_name, "seed": seed,
         "problems": len(problems), "samples_per_problem": ev.samples,

@@ -113,6 +113,7 @@ def members(artifact: dict, cfg, meter: meters.Meters, work_dir: Path) -> Iterat
     for j, spec in enumerate(artifacts.specs(artifact)):
         written = work_dir / f"member{j}"
         model_dir = artifacts.served(spec, written, cfg.dtype)
+        meter.disk_sample()
         engine = VllmSampler(model_dir, cfg.dtype, cfg.vllm_gpu_memory)
         yield AutoTokenizer.from_pretrained(model_dir), lambda prompts, params, desc=None: engine.sample(
             prompts, params, meter)

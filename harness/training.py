@@ -171,6 +171,7 @@ class Run:
                                      lora_rank=self.model.peft_config[names[0]].r, max_loras=len(names))
         where = self.work_dir / "population"
         self.model.save_pretrained(where, selected_adapters=list(names))
+        self.meters.disk_sample()
         yield {name: self._vllm.adapter(where / name) for name in names}
         shutil.rmtree(where)
 
@@ -262,7 +263,7 @@ class Run:
         """A separately reported part of the run (e.g. a warm start before a search), holding one
         step loop: the meters spent inside it are recorded in `stages[name]` (written to
         metrics.json, logged to MLflow as `stage.<name>.*`). Counters, times and wall-clock are
-        the stage's own; `peak_memory_mb` is the process's peak at the stage's end. After a
+        the stage's own; the peaks (`meters.PEAKS`) are the job's at the stage's end. After a
         resume, a stage that had already finished runs no steps and keeps its record."""
         self._resume()
         if name not in self.stages:
@@ -272,7 +273,7 @@ class Run:
         yield
         if name not in self.stages:
             end = self.meters.snapshot()
-            self.stages[name] = {k: v if k == "peak_memory_mb" else v - self._stage_start[k] for k, v in end.items()}
+            self.stages[name] = {k: v if k in meters.PEAKS else v - self._stage_start[k] for k, v in end.items()}
         self._stage = None
 
     def _checkpoint(self, next_step: int) -> None:
@@ -294,9 +295,11 @@ class Run:
                     "counts": self.meters.counts,
                     "seconds": dict(self.meters.seconds),
                     "elapsed": self.meters.snapshot()["wall_clock_s"],
+                    "peak_disk_mb": self.meters.peak_disk_mb,
                 },
                 tmp / "state.pt",
             )
+        self.meters.disk_sample()
 
     def _resume(self) -> None:
         """Load the last checkpoint, once per run, where the first stage or step loop begins."""
@@ -316,6 +319,8 @@ class Run:
         self.meters.counts.update(saved["counts"])
         self.meters.seconds.update(saved["seconds"])
         self.meters.started -= saved["elapsed"]
+        # (a checkpoint of an older version has no disk peak)
+        self.meters.peak_disk_mb = max(self.meters.peak_disk_mb, saved.get("peak_disk_mb", 0.0))
         self.stages, self._offset = saved["stages"], saved["offset"]
         self._resume_point = {"stage": saved["stage"], "step": saved["step"], "stage_start": saved["stage_start"]}
 
@@ -371,6 +376,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
         run_id_file.write_text(active.info.run_id)
         artifact = spec.train(cfg.methods[method], run)
+        run.meters.disk_sample()
         final = run.meters.snapshot()
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
         mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})

@@ -111,6 +111,23 @@ def test_a_finished_jobs_work_directory_goes_and_only_unfinished_work_stays(tmp_
     assert work_dir("eval", "mezo", "gsm8k", 0, "abc").is_dir(), "a folder removed is made again"
 
 
+def test_meters_sample_the_disk_use_of_results_and_keep_the_largest(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"x" * 1000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.bin").write_bytes(b"y" * 2**20)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"z" * 3 * 2**20)
+    (tmp_path / "link-to-file").symlink_to(tmp_path / "a.bin")  # symlinks: not counted, not followed
+    (tmp_path / "link-to-dir").symlink_to(outside, target_is_directory=True)
+    meter = meters.Meters()
+    assert meter.snapshot()["peak_disk_mb"] == 0.0, "nothing sampled yet"
+    assert meter.disk_sample(tmp_path) == (1000 + 2**20) / 2**20
+    (tmp_path / "sub" / "b.bin").unlink()
+    assert meter.disk_sample(tmp_path) == 1000 / 2**20
+    assert meter.snapshot()["peak_disk_mb"] == meter.peak_disk_mb == (1000 + 2**20) / 2**20, "the largest kept"
+
+
 def test_missing_model_is_one_clear_line(tmp_path):
     with pytest.raises(NogradError) as error:
         models.prepare("no-such-org/no-such-model", tmp_path)
