@@ -94,7 +94,7 @@ rule tracking:
 
 
 # Resumable: checkpoints live in results/work/, outside the declared outputs, which
-# Snakemake deletes before rerunning a job.
+# Snakemake deletes before rerunning a job; a job removes them once its outputs are written.
 # One core per job (Snakemake sets OMP_NUM_THREADS to it), so jobs run side by side: on the 2-core
 # CPU two one-thread evaluations took 73 s together, one two-thread evaluation 46 s alone, and
 # start-up, scoring and logging overlap too. On a GPU, `--set-threads train=N evaluate=N` (or a

@@ -113,6 +113,7 @@ def crosscheck(cfg: Config, method: str, task_name: str, seed: int, artifact_fil
     if len(per_problem) != len(problems):
         raise NogradError(f"crosscheck {method} {task_name} seed{seed}: lm-eval scored {len(per_problem)} of "
                           f"{len(problems)} problems")
+    meter.disk_sample()
     result = {
         "method": method, "task": task_name, "seed": seed, "applicable": True,
         "lm_eval_version": importlib.metadata.version("lm_eval"),

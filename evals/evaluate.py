@@ -5,7 +5,8 @@ top_p, seed from the config). An ensemble answers by majority vote over its memb
 answers, sample by sample, and costs one inference pass per member. Every completion is
 written to `completions.jsonl` with its extracted answer and score. Generation proceeds in
 blocks of problems, each seeded by its position and cached in the work directory, so a killed
-evaluation resumes where it stopped and gives the same completions.
+evaluation resumes where it stopped and gives the same completions; the work directory goes once
+`metrics.json` is written.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from evals.tasks import get_task
 from evals.tasks.base import Problem, graded
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
-from harness.outputs import atomic_path, read_json, work_dir, write_json
+from harness.outputs import atomic_path, finished, read_json, work_dir, write_json
 from reports.figures import passk_of_result
 
 MODES = ("greedy", "sample")
@@ -98,7 +99,8 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
 
 def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file: Path, data_dir: Path,
              tracking_file: Path, out: Path) -> dict:
-    """Evaluate one trained artifact; write `completions.jsonl` and, last, `metrics.json`."""
+    """Evaluate one trained artifact; write `completions.jsonl` and, last, `metrics.json`; then the
+    work directory (the cached blocks) goes."""
     task = get_task(task_name)
     problems = data.read_split(data_dir / "test.jsonl")
     manifest = read_json(data_dir / "manifest.json")
@@ -131,6 +133,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
                                     "answer": task.extract(c["text"]), "correct": bool(ok)})
 
     ci = dict(bootstrap_samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed)
+    meter.disk_sample()
     result = {
         "method": method, "task": task_name, "seed": seed,
         "problems": len(problems), "samples_per_problem": ev.samples,
@@ -162,4 +165,5 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         mlflow.log_figure(passk_of_result(result, task_name, cfg.model), f"passk_{task_name}.png")
         write_json(out, result)
         mlflow.log_artifact(str(out))
+    finished(work)
     return result

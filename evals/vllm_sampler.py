@@ -12,7 +12,8 @@ meters the same quantities, so a result means the same whichever backend produce
 - a LoRA population is one `generate` call with one LoRA request per prompt. vLLM keeps
   adapters by id, so every adapter written to disk gets an id never used before.
 vLLM serves weights from a directory: a model artifact's path, or a directory the artifact is
-written to once (an adapter merged into its base, a seed-list member rebuilt). Methods that
+written to once (an adapter merged into its base, a seed-list member rebuilt) in the work
+directory, removed when that member's engine is closed. Methods that
 perturb the full weights in memory (MeZO, SAZO, ESSAM, RandOpt, CoRP) roll out with the torch
 sampler under either setting; GRPO and F-GRPO hand generation to TRL's own vLLM integration.
 Memory: vLLM reserves `vllm_gpu_memory` of the GPU for its engine; the peak-memory meter reads
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import shutil
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -101,14 +103,20 @@ class VllmSampler:
 
 def members(artifact: dict, cfg, meter: meters.Meters, work_dir: Path) -> Iterator[tuple]:
     """(tokenizer, generate) for each member of an artifact in turn, one engine at a time, where
-    generate(prompts, params, desc) gives `sample`'s completions: the evaluator's vLLM path."""
+    generate(prompts, params, desc) gives `sample`'s completions: the evaluator's vLLM path.
+    Weights written for a member (`work_dir/member<j>`) are removed when its engine is closed; a
+    kill leaves them, complete (written atomically), for the resumed evaluation to serve again."""
     from transformers import AutoTokenizer
 
     from harness import artifacts
 
     for j, spec in enumerate(artifacts.specs(artifact)):
-        model_dir = artifacts.served(spec, work_dir / f"member{j}", cfg.dtype)
+        written = work_dir / f"member{j}"
+        model_dir = artifacts.served(spec, written, cfg.dtype)
+        meter.disk_sample()
         engine = VllmSampler(model_dir, cfg.dtype, cfg.vllm_gpu_memory)
         yield AutoTokenizer.from_pretrained(model_dir), lambda prompts, params, desc=None: engine.sample(
             prompts, params, meter)
         engine.close()
+        if written.exists():  # not where the member is a model, served from its own path
+            shutil.rmtree(written)

@@ -85,7 +85,8 @@ class Run(Protocol):
     meters: Meters
     """The run's meters; a method only attaches a further model it runs (a reference model) so that it is counted."""
     work_dir: Path
-    """A scratch directory of this run, outside the declared outputs (a library's own checkpoints)."""
+    """A scratch directory of this run, outside the declared outputs (a library's own checkpoints), kept
+    across a resume and removed once the run's artifact is written."""
 
     def batch(self, size: int) -> list[Problem]:
         """`size` training problems drawn uniformly without replacement from the run's generator."""

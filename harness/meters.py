@@ -30,6 +30,12 @@ Wall-clock per phase: `generate` (sampler), `score` (rewards and verifiers), `fo
 forwards), `heldout` (set-aside evaluation); `update` is the rest of a training run's time
 (perturbations, optimizer steps).
 Peak memory: peak RSS of the process (CPU) and torch.cuda.max_memory_allocated (GPU).
+Peak disk (`peak_disk_mb`): the largest size of the whole run's `results/` (every job's files, not
+only this job's) that this job measured at the points where it writes most (`disk_sample`, called by
+the harness: after each training checkpoint, after writing weights for vLLM, and at the job's end,
+before its work directory is removed). Sampled, and jobs run side by side, so it is a lower bound of
+the true peak. MLflow's database and artifacts count where the tracking URI puts them under
+`results/` (the default: `results/mlflow.db`, `results/mlartifacts`).
 """
 
 from __future__ import annotations
@@ -38,9 +44,12 @@ import resource
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
+
+from harness.outputs import RESULTS, disk_mb
 
 COUNTERS = (
     "forward_passes",
@@ -57,6 +66,8 @@ COUNTERS = (
     "heldout_tokens_processed",
 )
 PHASES = ("generate", "score", "forward", "heldout")
+PEAKS = ("peak_memory_mb", "peak_disk_mb")
+"""High-water marks, not running totals: a stage records them as they are at its end."""
 HELD_OUT = ("forward_passes", "tokens_processed")
 """The counters a held-out loss forward adds to; `heldout` moves its share to `heldout_<name>`."""
 
@@ -66,6 +77,7 @@ class Meters:
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.seconds: dict[str, float] = defaultdict(float)
         self.started = time.perf_counter()
+        self.peak_disk_mb = 0.0
         self._active_phase: str | None = None
         self._handles: list = []
         self._decoder_layers = 1
@@ -164,6 +176,13 @@ class Meters:
             return torch.cuda.max_memory_allocated() / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+    def disk_sample(self, root: Path = RESULTS) -> float:
+        """Measure the size of `root` (the run's results/) now, keep the largest size seen as
+        `peak_disk_mb`, and return the size (MB)."""
+        size = disk_mb(root)
+        self.peak_disk_mb = max(self.peak_disk_mb, size)
+        return size
+
     def snapshot(self) -> dict[str, float]:
         """All meters now, under the names the result files and MLflow use."""
         total = time.perf_counter() - self.started
@@ -177,6 +196,7 @@ class Meters:
             "time_update_s": max(total - sum(phases.values()), 0.0),
             "wall_clock_s": total,
             "peak_memory_mb": self.peak_memory_mb(),
+            "peak_disk_mb": self.peak_disk_mb,
         }
 
 

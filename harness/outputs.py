@@ -2,6 +2,9 @@
 
 Files and directories are written under a temporary name beside their destination and renamed
 into place only when complete; a rename within one filesystem is atomic.
+
+A job keeps what lets it resume in its work directory (`work_dir`) until its declared output is in
+place, then removes it (`finished`): `results/work` holds only unfinished jobs' state.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,10 +55,50 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
+RESULTS = Path("results")
+"""Where every job writes, relative to the directory Snakemake runs the jobs in."""
+WORK = RESULTS / "work"
+
+
 def work_dir(stage: str, method: str, task: str, seed: int, config_hash: str) -> Path:
-    """Where a job keeps what lets it resume (checkpoints, generated blocks), outside the outputs
-    Snakemake deletes before a rerun. One folder per job config: a job whose config changed
-    starts afresh instead of resuming another config's state or MLflow run."""
-    path = Path("results/work") / stage / method / task / f"seed{seed}" / config_hash
-    path.mkdir(parents=True, exist_ok=True)
+    """Where a job keeps what lets it resume (checkpoints, generated blocks, its MLflow run id),
+    outside the outputs Snakemake deletes before a rerun, until the job has `finished`. One folder
+    per job config: a job whose config changed starts afresh instead of resuming another config's
+    state or MLflow run."""
+    path = WORK / stage / method / task / f"seed{seed}" / config_hash
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileNotFoundError:  # a job `finished` meanwhile removed a parent it had left empty: once more
+        path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def finished(work: Path) -> None:
+    """Remove a finished job's work directory, and the folders above it, up to `results/work`, that
+    this leaves empty. Call it only once the job's declared output is (atomically) in place: a job
+    killed before that keeps its work directory and resumes from it; one killed between the two
+    leaves its output and a stale work directory, and Snakemake, which saw the job fail or left it
+    marked incomplete, reruns it from that directory. What cannot be removed stays: a job whose
+    output is written never fails over its scratch."""
+    shutil.rmtree(work, ignore_errors=True)
+    for parent in work.parents[: len(work.relative_to(WORK).parts) - 1]:
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: another job's work
+            break
+
+
+def disk_mb(root: Path = RESULTS) -> float:
+    """MB (2**20 bytes) in the regular files under `root`, by their sizes (`st_size`): symlinks are
+    neither followed nor counted. One `lstat` per file. A file or folder another job removes while
+    it is counted counts as gone."""
+    total = 0
+    for folder, _, files in os.walk(root):  # os.walk skips a folder it cannot list
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(folder, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total / 2**20

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from harness import data, meters, models, perturb, tracking
 from harness.config import Config, config_hash
 from harness.contract import Artifact, Score
 from harness.errors import NogradError, one_line
-from harness.outputs import atomic_dir, read_json, work_dir, write_json
+from harness.outputs import atomic_dir, finished, read_json, work_dir, write_json
 from methods import get_method
 
 HOLD_OUT_STREAM = 1
@@ -155,16 +156,19 @@ class Run:
         prompts = self.prompts(problems) * len(adapters)
         names = [name for name in adapters for _ in problems]
         if self.config.sampler == "vllm":
-            requests = self._served_adapters(adapters)
-            completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
+            with self._served_adapters(adapters) as requests:
+                completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
         else:
             completions = sample(self.model, self.tokenizer, prompts, params, adapters=names)
         rewards = [self.reward(p, row[0].text) for p, row in zip(list(problems) * len(adapters), completions)]
         return np.array(rewards).reshape(len(adapters), len(problems))
 
-    def _served_adapters(self, names: Sequence[str]) -> dict:
-        """The named adapters written to the work directory, as vLLM LoRA requests on an engine
-        serving the base model (started at the first call)."""
+    @contextmanager
+    def _served_adapters(self, names: Sequence[str]) -> Iterator[dict]:
+        """The named adapters, as vLLM LoRA requests on an engine serving the base model (started
+        at the first call), written to the work directory for one `generate` and removed after
+        it: vLLM reads an adapter's files when a request first uses its id, and every adapter
+        gets a fresh id, so no later call reads them (and no step's adapters pile up)."""
         from evals.vllm_sampler import VllmSampler
 
         if self._vllm is None:
@@ -172,7 +176,9 @@ class Run:
                                      lora_rank=self.model.peft_config[names[0]].r, max_loras=len(names))
         where = self.work_dir / "population"
         self.model.save_pretrained(where, selected_adapters=list(names))
-        return {name: self._vllm.adapter(where / name) for name in names}
+        self.meters.disk_sample()
+        yield {name: self._vllm.adapter(where / name) for name in names}
+        shutil.rmtree(where)
 
     def loss(self, problems: Sequence[Problem], grad: bool = False) -> torch.Tensor:
         """Per-problem mean cross-entropy of the reference solution given the prompt: the SFT loss.
@@ -284,7 +290,7 @@ class Run:
         """A separately reported part of the run (e.g. a warm start before a search), holding one
         step loop: the meters spent inside it are recorded in `stages[name]` (written to
         metrics.json, logged to MLflow as `stage.<name>.*`). Counters, times and wall-clock are
-        the stage's own; `peak_memory_mb` is the process's peak at the stage's end. After a
+        the stage's own; the peaks (`meters.PEAKS`) are the job's at the stage's end. After a
         resume, a stage that had already finished runs no steps and keeps its record."""
         self._resume()
         if name not in self.stages:
@@ -294,7 +300,7 @@ class Run:
         yield
         if name not in self.stages:
             end = self.meters.snapshot()
-            self.stages[name] = {k: v if k == "peak_memory_mb" else v - self._stage_start[k] for k, v in end.items()}
+            self.stages[name] = {k: v if k in meters.PEAKS else v - self._stage_start[k] for k, v in end.items()}
         self._stage = None
 
     def _checkpoint(self, next_step: int) -> None:
@@ -316,9 +322,11 @@ class Run:
                     "counts": self.meters.counts,
                     "seconds": dict(self.meters.seconds),
                     "elapsed": self.meters.snapshot()["wall_clock_s"],
+                    "peak_disk_mb": self.meters.peak_disk_mb,
                 },
                 tmp / "state.pt",
             )
+        self.meters.disk_sample()
 
     def _resume(self) -> None:
         """Load the last checkpoint, once per run, where the first stage or step loop begins."""
@@ -338,6 +346,8 @@ class Run:
         self.meters.counts.update(saved["counts"])
         self.meters.seconds.update(saved["seconds"])
         self.meters.started -= saved["elapsed"]
+        # (a checkpoint of an older version has no disk peak)
+        self.meters.peak_disk_mb = max(self.meters.peak_disk_mb, saved.get("peak_disk_mb", 0.0))
         self.stages, self._offset = saved["stages"], saved["offset"]
         self._resume_point = {"stage": saved["stage"], "step": saved["step"], "stage_start": saved["stage_start"]}
 
@@ -375,7 +385,8 @@ class Run:
 
 def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
           tracking_file: Path, out: Path) -> Artifact:
-    """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`."""
+    """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`;
+    then the work directory (checkpoints, the MLflow run id to resume) goes."""
     spec = get_method(method)
     out_dir = out.parent
     work = work_dir("train", method, task, seed, config_hash(cfg))
@@ -392,6 +403,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
         run_id_file.write_text(active.info.run_id)
         artifact = spec.train(cfg.methods[method], run)
+        run.meters.disk_sample()
         final = run.meters.snapshot()
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
         mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})
@@ -401,4 +413,5 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         write_json(out_dir / "metrics.json", result)
         mlflow.log_artifact(str(out_dir / "metrics.json"))
         write_json(out, {**artifact, "run_id": active.info.run_id, "base": run.model_manifest["path"]})
+    finished(work)
     return artifact

@@ -17,7 +17,7 @@ import pandas as pd
 from harness import config as configuration
 from harness import data, tracking
 from harness.config import REPO, Config, config_hash, to_dict
-from harness.outputs import atomic_path, read_json, write_json
+from harness.outputs import atomic_path, disk_mb, read_json, write_json
 from reports.citations import suite_version
 from reports.render import render, samples_text
 from reports.scores import read_completions
@@ -81,8 +81,8 @@ def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.y
 def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_manifests: list[Path], out: Path,
             completions: list[Path] = (), train_metrics: list[Path] = (), crosschecks: list[Path] = ()) -> dict:
     """Write `summary.json` (every result, per-problem scores, training histories, cross-checks
-    and the run's scale) and a flat `summary.csv`. Files that do not exist are gaps, named in
-    `missing`."""
+    and the run's scale, with its disk use) and a flat `summary.csv`. Files that do not exist are
+    gaps, named in `missing`."""
     existing = [Path(path) for path in metrics_files if Path(path).exists()]
     results = [read_json(path) for path in existing]
     checks = [read_json(path) for path in crosschecks if Path(path).exists()]
@@ -103,11 +103,14 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
             check["same_text"] = sum(ours.get(p["problem"]) == p["text"] for p in check["per_problem"])
         # The texts stay in the cross-check's own file; the summary keeps the scores.
         check["per_problem"] = {p["problem"]: int(p["correct"]) for p in check.get("per_problem") or []}
+    # Every job's meters: evaluations', cross-checks' and, from their own files, every training job's.
+    job_meters = [r["cost"]["eval"] for r in results] + [c.get("cost") or {} for c in checks]
     histories = []
     for path in train_metrics:
         if not Path(path).exists():
             continue
         train = read_json(path)
+        job_meters.append(train.get("meters") or {})
         histories.append({"method": train["method"], "task": train["task"], "seed": train["seed"],
                           "trained": train.get("trained", True), "stages": train.get("stages") or {},
                           "history": thin(train.get("history") or [], set(train.get("meters") or {}))})
@@ -119,6 +122,10 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
     manifests = [read_json(path) for path in data_manifests]
     job_time = sum(r["cost"].get(phase, {}).get("wall_clock_s", 0.0) for r in results for phase in ("train", "eval"))
     job_time += sum((c.get("cost") or {}).get("wall_clock_s", 0.0) for c in checks)
+    # Disk: the largest size of results/ any job measured (harness.meters, `peak_disk_mb`; a lower
+    # bound of the true peak, as jobs run side by side), or collect measures now, before its summary.
+    at_collection = disk_mb()
+    peak_disk = max([at_collection] + [m.get("peak_disk_mb", 0.0) for m in job_meters])
     header = {
         "name": cfg.name,
         "model": model["name"],
@@ -140,6 +147,8 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "suite_version": suite_version(),
         "date": datetime.date.today().isoformat(),
         "job_time_s": job_time,
+        "peak_disk_mb": peak_disk,
+        "results_disk_mb": at_collection,
         "scale_differences": scale_differences(cfg),
         "crosscheck": {"enabled": cfg.evaluation.crosscheck, "size": cfg.evaluation.crosscheck_size},
     }

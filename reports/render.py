@@ -655,11 +655,23 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
         ("Hardware", str(header.get("hardware", MISSING))),
         ("Job time (training, evaluation, cross-checks; summed over jobs)", _duration(header.get("job_time_s"))),
+        ("Disk (results/)", _disk(header)),
         ("Config hash", str(header.get("config_hash", MISSING))),
         ("Commit", str(header.get("commit", MISSING))),
         ("Suite version", str(header.get("suite_version", MISSING))),
         ("Date", str(header.get("date", MISSING))),
     ]
+
+
+def _disk(header: dict) -> str:
+    """The run's disk use as collect found it (reports/build.py)."""
+    peak, collected = header.get("peak_disk_mb"), header.get("results_disk_mb")
+    if peak is None or collected is None:
+        return MISSING
+    return (f"peak {peak:,.1f} MB, {collected:,.1f} MB at collection. The peak is the largest size of results/ "
+            "measured by a job (after each training checkpoint, after writing weights for vLLM, and at its end "
+            "before removing its work directory) or at collection: a lower bound, since results/ can be larger "
+            "between these samples, with jobs running side by side; this report's own files come after both")
 
 
 def _sampling_text(sampling: dict) -> str:

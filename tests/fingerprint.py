@@ -1,7 +1,7 @@
 """What a DAG run produced that must not change when the code is reorganised: every evaluated
 completion, score and interval, every counted query, and the report's text, with what differs
-between two runs of the same code left out (times, memory, dates, commits, hashes of the config,
-the model's temporary path).
+between two runs of the same code left out (times, memory, disk use, dates, commits, hashes of the
+config, the model's temporary path).
 
 A DAG test compares its run with the fingerprint in tests/golden/<test>.json, written by the
 code before a refactoring (`NOGRAD_WRITE_GOLDEN=1 pytest tests/test_pipeline.py`). Greedy
@@ -44,6 +44,7 @@ def _report(text: str, model: str) -> list[str]:
     text = re.sub(r"\d{4}-\d{2}-\d{2}", "<date>", text)
     text = re.sub(r"[\d,.]+ s of training and evaluation jobs", "<seconds> of training and evaluation jobs", text)
     text = re.sub(r"(Job time .*:\*\*) [\d,.]+ s", r"\1 <seconds>", text)
+    text = re.sub(r"(Disk \(results/\):\*\* peak) [\d,.]+ MB, [\d,.]+ MB", r"\1 <MB>, <MB>", text)
     text = re.sub(" {2,}", " ", re.sub("-{3,}", "---", text))
     kept, table = [], []
     for line in text.splitlines() + [""]:

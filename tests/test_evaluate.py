@@ -59,28 +59,58 @@ def test_ensemble_answers_by_vote_at_k_inference_passes(workdir, tiny_model_dir)
 
 
 def test_killed_evaluation_resumes_to_the_same_completions_and_cost(workdir, monkeypatch):
+    """Killed after its first block, or after its last, an evaluation resumes from the blocks cached
+    in its work directory to the uninterrupted run's completions and cost; once it has written its
+    metrics, its work directory is gone."""
     from evals import evaluate as evaluation
 
     artifact = workdir.train()
     first = workdir.evaluate(artifact, "results/eval/a/metrics.json")
     completions = Path("results/eval/a/completions.jsonl").read_text()
-    generated = []
+    assert list(Path("results/work").iterdir()) == [], "a finished job keeps no work directory"
+    generated, allowed = [], [1]
     sample = evaluation.sample
-    monkeypatch.setattr(evaluation, "sample", lambda *a, **k: generated.append(1) or sample(*a, **k))
-    resumed = workdir.evaluate(artifact, "results/eval/a/metrics.json")
-    assert generated == [], "cached blocks are not generated again"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def killed_after_allowed_blocks(*args, **kwargs):
+        if len(generated) == allowed[0]:
+            killed()
+        generated.append(1)
+        return sample(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "sample", killed_after_allowed_blocks)
+    with pytest.raises(KeyboardInterrupt):
+        workdir.evaluate(artifact, "results/eval/b/metrics.json")
+    assert not Path("results/eval/b/metrics.json").exists()
+    [work] = Path("results/work/eval/mezo/gsm8k/seed0").iterdir()  # one folder: one config
+    assert len((work / "generations.jsonl").read_text().splitlines()) == 1, "the first block, cached"
+    generated.clear()
+    allowed[0] = 99
+    resumed = workdir.evaluate(artifact, "results/eval/b/metrics.json")
+    assert len(generated) == 1, "only the block the kill lost is generated again"
+    assert not work.exists(), "the resumed evaluation, finished, removed its work directory"
     counted = ("sequences_generated", "tokens_generated", "forward_passes", "tokens_processed", "reward_calls")
     assert {k: resumed["cost"]["eval"][k] for k in counted} == {k: first["cost"]["eval"][k] for k in counted}, (
         "a resumed evaluation reports what the whole evaluation cost, cached blocks included")
-    assert resumed["cost"]["eval"]["time_generate_s"] == pytest.approx(first["cost"]["eval"]["time_generate_s"])
-    assert Path("results/eval/a/completions.jsonl").read_text() == completions
-    [work] = Path("results/work/eval/mezo/gsm8k/seed0").iterdir()  # one folder: one config
-    cache = work / "generations.jsonl"
-    kept = cache.read_text().splitlines()[:1]  # as if killed after the first block
-    cache.write_text("\n".join(kept) + "\n")
-    again = workdir.evaluate(artifact, "results/eval/a/metrics.json")
-    assert Path("results/eval/a/completions.jsonl").read_text() == completions
-    assert again["pass_at_k"] == first["pass_at_k"] and again["greedy"] == first["greedy"]
+    assert Path("results/eval/b/completions.jsonl").read_text() == completions
+    assert resumed["pass_at_k"] == first["pass_at_k"] and resumed["greedy"] == first["greedy"]
+
+    # Killed after generating every block, as it writes its completions.
+    write = evaluation.atomic_path
+    monkeypatch.setattr(evaluation, "atomic_path", killed)
+    with pytest.raises(KeyboardInterrupt):
+        workdir.evaluate(artifact, "results/eval/c/metrics.json")
+    monkeypatch.setattr(evaluation, "atomic_path", write)
+    blocks = [json.loads(line) for line in (work / "generations.jsonl").read_text().splitlines()]
+    generated.clear()
+    again = workdir.evaluate(artifact, "results/eval/c/metrics.json")
+    assert generated == [], "cached blocks are not generated again"
+    assert again["cost"]["eval"]["time_generate_s"] == pytest.approx(
+        sum(block["spent"]["seconds"]["generate"] for block in blocks)), "their generation time is added back"
+    assert {k: again["cost"]["eval"][k] for k in counted} == {k: first["cost"]["eval"][k] for k in counted}
+    assert Path("results/eval/c/completions.jsonl").read_text() == completions
     assert [json.loads(line)["mode"] for line in completions.splitlines()][:1] == ["greedy"]
     assert read_json("results/eval/a/metrics.json")["problems"] == 2
 

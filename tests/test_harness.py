@@ -8,7 +8,7 @@ import torch
 from evals.tasks import TASKS
 from harness import config, meters, models
 from harness.errors import NogradError
-from harness.outputs import atomic_dir, write_json
+from harness.outputs import WORK, atomic_dir, finished, work_dir, write_json
 from methods import METHODS
 from reports.names import ordered
 
@@ -96,6 +96,36 @@ def test_atomic_outputs_leave_nothing_when_interrupted(tmp_path):
     assert list((tmp_path / "out").iterdir()) == []
     write_json(tmp_path / "a.json", {"x": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "out"], "no temporary file left behind"
+
+
+def test_a_finished_jobs_work_directory_goes_and_only_unfinished_work_stays(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done, other_seed = work_dir("eval", "mezo", "gsm8k", 0, "abc"), work_dir("eval", "mezo", "gsm8k", 1, "abc")
+    (done / "generations.jsonl").write_text("{}\n")
+    (done / "member0").mkdir()
+    finished(done)
+    assert not done.exists() and not done.parent.exists(), "the job's folder and the seed folder it left empty"
+    assert other_seed.is_dir(), "another job's work stays"
+    finished(other_seed)
+    assert WORK.is_dir() and list(WORK.iterdir()) == [], "results/work stays, empty"
+    assert work_dir("eval", "mezo", "gsm8k", 0, "abc").is_dir(), "a folder removed is made again"
+
+
+def test_meters_sample_the_disk_use_of_results_and_keep_the_largest(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"x" * 1000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.bin").write_bytes(b"y" * 2**20)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"z" * 3 * 2**20)
+    (tmp_path / "link-to-file").symlink_to(tmp_path / "a.bin")  # symlinks: not counted, not followed
+    (tmp_path / "link-to-dir").symlink_to(outside, target_is_directory=True)
+    meter = meters.Meters()
+    assert meter.snapshot()["peak_disk_mb"] == 0.0, "nothing sampled yet"
+    assert meter.disk_sample(tmp_path) == (1000 + 2**20) / 2**20
+    (tmp_path / "sub" / "b.bin").unlink()
+    assert meter.disk_sample(tmp_path) == 1000 / 2**20
+    assert meter.snapshot()["peak_disk_mb"] == meter.peak_disk_mb == (1000 + 2**20) / 2**20, "the largest kept"
 
 
 def test_missing_model_is_one_clear_line(tmp_path):

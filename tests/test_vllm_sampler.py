@@ -32,6 +32,7 @@ class FakeLLM:
 
     def __init__(self, model: str, dtype: str, seed: int, gpu_memory_utilization: float, **lora) -> None:
         self.path, self.lora, self.adapters = model, lora, {}
+        self.members_on_disk = sorted(path.name for path in Path("results/work").rglob("member*"))
         self.model, self.tokenizer = models.load(model)
         meters.Meters().attach(self.model)
         FakeLLM.engines.append(self)
@@ -86,13 +87,10 @@ def test_without_vllm_the_vllm_sampler_is_one_clear_line_and_torch_needs_nothing
     assert config.validate(tiny_config(tiny_model_dir)).sampler == "torch"
 
 
-def test_evaluation_through_vllm_gives_the_torch_backends_greedy_answers_and_counts(workdir, fake_vllm,
-                                                                                   tiny_model_dir):
-    """A seed-list artifact (written out once for the engine), an adapter artifact (merged) and
-    an ensemble of both: greedy completions and sequence counts as the torch sampler's."""
+def write_artifacts(tiny_model_dir: Path) -> None:
+    """seeds.json, adapter.json and ensemble.json (of an adapter and a seed list) on the tiny model,
+    and the untrained metrics.json beside them that an evaluation reads."""
     from peft import LoraConfig, get_peft_model
-
-    from evals import evaluate as evaluation
 
     base, _ = models.load(tiny_model_dir)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).save_pretrained("lora")
@@ -102,16 +100,34 @@ def test_evaluation_through_vllm_gives_the_torch_backends_greedy_answers_and_cou
                                        "members": [{"kind": "adapter", "path": "lora"},
                                                    {"kind": "seeds", "terms": [[4, 0.01]]}]})
     write_json(Path("metrics.json"), {"trained": False})
+
+
+def evaluate_with_vllm(workdir, name: str, out: str) -> dict:
+    """`name`.json evaluated as the workdir's job would be, under `sampler: vllm`."""
+    from evals import evaluate as evaluation
+
     vllm_config = config.validate({**config.to_dict(workdir.config), "sampler": "vllm"})
+    return evaluation.evaluate(vllm_config, name, "gsm8k", 0, artifact_file=Path(f"{name}.json"),
+                               data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"),
+                               out=Path(out))
+
+
+def test_evaluation_through_vllm_gives_the_torch_backends_greedy_answers_and_counts(workdir, fake_vllm,
+                                                                                   tiny_model_dir):
+    """A seed-list artifact (written out once for the engine), an adapter artifact (merged) and
+    an ensemble of both: greedy completions and sequence counts as the torch sampler's; the
+    weights written for a member are gone once its engine is closed."""
+    write_artifacts(tiny_model_dir)
     for name in ("seeds", "adapter", "ensemble"):
         artifact = Path(f"{name}.json")
         want = workdir.evaluate(artifact, f"results/eval/torch-{name}/metrics.json", method=name)
         engines = len(fake_vllm.engines)
-        got = evaluation.evaluate(vllm_config, name, "gsm8k", 0, artifact_file=artifact,
-                                  data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"),
-                                  out=Path(f"results/eval/vllm-{name}/metrics.json"))
+        got = evaluate_with_vllm(workdir, name, f"results/eval/vllm-{name}/metrics.json")
         assert got["greedy"] == want["greedy"], name
         assert len(fake_vllm.engines) - engines == got["inference_passes"], "one engine per member"
+        assert [e.members_on_disk for e in fake_vllm.engines[engines:]] == [
+            [Path(e.path).name] for e in fake_vllm.engines[engines:]], "a member's weights go with its engine"
+        assert list(Path("results/work").iterdir()) == [], "nothing left once the evaluation is done"
         for key in ("sequences_generated", "forward_passes"):  # sampled rows differ: other seeds
             assert got["cost"]["eval"][key] == want["cost"]["eval"][key], (name, key)
         greedy = [line for line in Path(f"results/eval/vllm-{name}/completions.jsonl").read_text().splitlines()
@@ -121,11 +137,35 @@ def test_evaluation_through_vllm_gives_the_torch_backends_greedy_answers_and_cou
     assert any(Path(e.path).name == "member1" for e in fake_vllm.engines), "a seed-list member is written out to serve"
 
 
+def test_a_killed_vllm_evaluation_resumes_to_the_same_completions(workdir, fake_vllm, tiny_model_dir, monkeypatch):
+    """An ensemble evaluated through vLLM, killed while its second member generates, leaves that
+    member's weights (its first member's went with its engine); resumed, it gives the completions
+    an uninterrupted evaluation gives and leaves no weights behind."""
+    write_artifacts(tiny_model_dir)
+    evaluate_with_vllm(workdir, "ensemble", "results/eval/whole/metrics.json")
+    generate = FakeLLM.generate
+
+    def killed_in_member1(self, *args, **kwargs):
+        if Path(self.path).name == "member1":
+            raise KeyboardInterrupt
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeLLM, "generate", killed_in_member1)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_with_vllm(workdir, "ensemble", "results/eval/resumed/metrics.json")
+    assert sorted(path.name for path in Path("results/work").rglob("member*")) == ["member1"]
+    monkeypatch.setattr(FakeLLM, "generate", generate)
+    evaluate_with_vllm(workdir, "ensemble", "results/eval/resumed/metrics.json")
+    assert Path("results/eval/resumed/completions.jsonl").read_text() == \
+        Path("results/eval/whole/completions.jsonl").read_text()
+    assert list(Path("results/work").iterdir()) == []
+
+
 def test_population_rollout_through_vllm_serves_every_generations_own_adapters(tiny_model_dir, tmp_path, monkeypatch,
                                                                                 fake_vllm):
     """ESSA's batched population under `sampler: vllm`: one LoRA request per row, the adapters
-    saved anew each generation under ids never used before, the completions those of peft's
-    mixed-adapter batch."""
+    saved anew each generation under ids never used before (and removed after it), the completions
+    those of peft's mixed-adapter batch."""
     from peft import LoraConfig, get_peft_model
 
     from harness import data, training
@@ -162,4 +202,5 @@ def test_population_rollout_through_vllm_serves_every_generations_own_adapters(t
     [engine] = fake_vllm.engines
     assert engine.lora == {"enable_lora": True, "max_loras": 3, "max_lora_rank": 8}
     assert sorted(engine.adapters) == list(range(1, 7)), "a fresh id for every adapter of every generation"
+    assert not Path("work/population").exists(), "each generation's adapters go once vLLM has read them"
     assert list(run.model.peft_config) == ["default"]
