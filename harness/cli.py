@@ -19,7 +19,11 @@ from harness.errors import NogradError
 
 def _config(args) -> configuration.Config:
     if args.config_json:
-        return configuration.validate(json.loads(args.config_json), source="config")
+        try:
+            raw = json.loads(args.config_json)
+        except json.JSONDecodeError as error:
+            raise NogradError(f"config: --config-json is not valid JSON: {error}") from None
+        return configuration.validate(raw, source="config")
     return configuration.load(args.config)
 
 

@@ -1,5 +1,6 @@
-"""The suite's configuration: documented dataclasses, the JSON schema generated from them, and
-validation that ends in one line naming the bad key and the valid choices.
+"""The suite's configuration: documented dataclasses whose field types carry their bounds
+(`Range`), the JSON schema generated from them, and validation that ends in one line naming the
+bad key and the valid choices.
 
 `config/schema.yaml` is generated from these dataclasses and the method and task registries
 (`nograd schema > config/schema.yaml`), and so is `config/paper.yaml` (`nograd paper-config >
@@ -14,16 +15,18 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import inspect
 import json
+import math
 import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import yaml
@@ -35,13 +38,39 @@ SCHEMA_PATH = REPO / "config" / "schema.yaml"
 PAPER_PATH = REPO / "config" / "paper.yaml"
 
 
+@dataclass(frozen=True)
+class Range:
+    """Bounds a field's value must keep, declared in its type (`steps: Annotated[int, Range(ge=1)]`)
+    and enforced by the schema, which documents them: a number's `ge` (>=), `gt` (>), `le` (<=) and
+    `lt` (<), or a list's least length `min_items`. Only what is invalid is bounded, never a
+    choice a paper could make."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    min_items: int | None = None
+
+    def schema(self) -> dict:
+        keywords = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum",
+                    "min_items": "minItems"}
+        return {keywords[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
+Positive = Annotated[int, Range(ge=1)]
+"""A count that must be at least 1: steps, sizes, samples, populations."""
+Seed = Annotated[int, Range(ge=0)]
+"""A random seed: numpy's generators take no negative one."""
+
+
 @dataclass
 class TaskConfig:
     """Sizes of one task's splits."""
 
-    train_size: int | None = None
+    train_size: Positive | None = None
     """Training problems used (a fixed seeded subset of the train split); null for all."""
-    test_size: int | None = None
+    test_size: Positive | None = None
     """Test problems evaluated (a fixed seeded subset of the test split, nested as it grows); null for all."""
 
 
@@ -49,31 +78,31 @@ class TaskConfig:
 class EvaluationConfig:
     """How every trained model is evaluated, identically for all methods."""
 
-    samples: int = 256
+    samples: Positive = 256
     """Completions sampled per problem (n); pass@k is reported for k = 1, 2, 4, ... up to n."""
-    samples_by_method: dict[str, int] = field(default_factory=dict)
+    samples_by_method: dict[str, Positive] = field(default_factory=dict)
     """Samples per problem for the methods named, in place of `samples` (e.g. {base: 256}): a longer
     pass@k curve where it is affordable. pass@k's estimator is unbiased at any n, so methods stay
     comparable at every k they share."""
-    temperature: float = 0.6
+    temperature: Annotated[float, Range(ge=0)] = 0.6
     """Sampling temperature for pass@k."""
-    top_p: float = 0.95
+    top_p: Annotated[float, Range(gt=0, le=1)] = 0.95
     """Nucleus sampling threshold for pass@k."""
-    max_new_tokens: int = 1024
+    max_new_tokens: Positive = 1024
     """Longest completion, in tokens, for greedy decoding and sampling."""
-    batch_size: int = 64
+    batch_size: Positive = 64
     """Sequences generated together."""
-    bootstrap_samples: int = 1000
+    bootstrap_samples: Positive = 1000
     """Bootstrap resamples over problems for each confidence interval."""
-    confidence: float = 0.95
+    confidence: Annotated[float, Range(gt=0, lt=1)] = 0.95
     """Coverage of the confidence intervals."""
-    seed: int = 1234
+    seed: Seed = 1234
     """Seed of the sampler, the same for every method."""
     crosscheck: bool = True
     """Also score greedy GSM8K and MATH accuracy of every single-model result with
     lm-evaluation-harness (its own generation loop; nograd's prompts and verifier), shown beside
     nograd's greedy figure."""
-    crosscheck_size: int | None = None
+    crosscheck_size: Positive | None = None
     """Test problems the lm-eval cross-check scores: the first of the evaluated test split; null for all."""
 
 
@@ -92,9 +121,9 @@ class RewardConfig:
 class TrainingConfig:
     """Settings the harness applies to every method's training run."""
 
-    max_new_tokens: int = 1024
+    max_new_tokens: Positive = 1024
     """Longest rollout, in tokens, when a method samples completions during training."""
-    checkpoint_every: int = 50
+    checkpoint_every: Positive = 50
     """Steps between resumable checkpoints (kept outside Snakemake's declared outputs)."""
     on_nonfinite: Literal["skip", "raise"] = "skip"
     """A loss, a perturbed member's weights or a training batch that is not finite (NaN or Inf):
@@ -106,7 +135,7 @@ class TrainingConfig:
 class ReportConfig:
     """How the report decides its claim verdicts (reports/claims.py)."""
 
-    min_seeds: int = 3
+    min_seeds: Positive = 3
     """Training seeds each compared method needs before a claim gets a definite verdict (supported
     or not supported); with fewer it reads 'inconclusive at this scale', since one training run
     cannot show how much the next would differ."""
@@ -130,12 +159,12 @@ class Config:
     loop, any device) or 'vllm' (vLLM installed and a CUDA GPU; GRPO and F-GRPO then generate
     through TRL's vLLM integration). Full-weight perturbation methods always roll out with
     'torch'."""
-    vllm_gpu_memory: float = 0.45
+    vllm_gpu_memory: Annotated[float, Range(gt=0, le=1)] = 0.45
     """Share of the GPU's memory vLLM reserves for its engine (sampler: vllm); the rest stays for
     the torch model being trained."""
     data_dir: str | None = None
     """Directory of data files in the hub's layout that overrides hub and packages (env NOGRAD_DATA_DIR when null)."""
-    seeds: list[int] = field(default_factory=lambda: [0])
+    seeds: Annotated[list[Seed], Range(min_items=1)] = field(default_factory=lambda: [0])
     """Training seeds; each (method, task, seed) is one run."""
     tasks: dict[str, TaskConfig] = field(default_factory=dict)
     """Tasks to run, by name, with their sizes."""
@@ -188,6 +217,9 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _type_schema(hint: Any) -> dict:
     origin = typing.get_origin(hint)
+    if origin is Annotated:
+        base, *ranges = typing.get_args(hint)
+        return {**_type_schema(base), **{k: v for bound in ranges for k, v in bound.schema().items()}}
     if hint is bool:
         return {"type": "boolean"}
     if hint is int:
@@ -199,7 +231,10 @@ def _type_schema(hint: Any) -> dict:
     if origin is Literal:
         return {"enum": list(typing.get_args(hint))}
     if origin is dict:
-        return {"type": "object"}  # its entries are filled in by schema(), from the registries
+        value = typing.get_args(hint)[1]
+        if value is Any or dataclasses.is_dataclass(value):
+            return {"type": "object"}  # `tasks` and `methods`: schema() fills in an entry per registered name
+        return {"type": "object", "additionalProperties": _type_schema(value)}
     if origin is list:
         return {"type": "array", "items": _type_schema(typing.get_args(hint)[0])}
     if origin in (typing.Union, types.UnionType):
@@ -213,7 +248,7 @@ def _type_schema(hint: Any) -> dict:
 
 def dataclass_schema(cls: type) -> dict:
     """JSON schema of a documented config dataclass: every field typed, described and defaulted."""
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     docs = field_docs(cls)
     properties = {}
     for f in dataclasses.fields(cls):
@@ -249,11 +284,7 @@ def schema() -> dict:
         additionalProperties=False,
         minProperties=1,
     )
-    root["properties"]["seeds"]["minItems"] = 1
-    root["properties"]["evaluation"]["properties"]["samples_by_method"].update(
-        propertyNames={"enum": list(METHODS)},
-        additionalProperties={"type": "integer", "minimum": 1},
-    )
+    root["properties"]["evaluation"]["properties"]["samples_by_method"]["propertyNames"] = {"enum": list(METHODS)}
     return root
 
 
@@ -295,46 +326,96 @@ def paper_config_yaml() -> str:
 
 
 def _location(path: typing.Iterable) -> str:
-    return ".".join(str(p) for p in path) or "the top level"
+    return ".".join(str(p) if str(p).isprintable() else repr(p) for p in path) or "the top level"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _one_line(error: jsonschema.ValidationError) -> str:
+    """The error as one line naming its key; a nullable field's (anyOf) says why the value fits
+    neither branch: the bound it breaks, or the types it could have."""
     where = _location(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(allowed))
-        return f"unknown key {', '.join(map(repr, unknown))} in {where} (valid: {', '.join(allowed)})"
-    return f"{where}: {error.message}"
+        unknown = sorted(set(error.instance) - set(allowed), key=str)
+        return f"unknown key {', '.join(map(_short, unknown))} in {where} (valid: {', '.join(allowed) or 'none'})"
+    if error.context:
+        if broken := [e for e in error.context if e.validator != "type"]:
+            return _one_line(jsonschema.exceptions.best_match(broken))
+        types = " or ".join(repr(e.validator_value) for e in error.context)
+        return f"{where}: {_short(error.instance)} is not of type {types}"
+    return f"{where}: {error.message.replace(repr(error.instance), _short(error.instance))}"
 
 
 def _coerce_numbers(value: Any, prop: dict) -> Any:
-    """YAML 1.1 reads `1e-6` as a string; accept it where the schema wants a number."""
-    if prop.get("type") == "number" and isinstance(value, str):
+    """Give a value the Python type its schema means: YAML 1.1 reads `1e-6` as a string, and JSON
+    Schema counts 2.0 as an integer, which `range(2.0)` would not."""
+    types = {prop.get("type"), *(branch.get("type") for branch in prop.get("anyOf", []))}
+    if "number" in types and isinstance(value, str):
         try:
             return float(value)
         except ValueError:
             return value
-    if prop.get("type") == "object" and isinstance(value, dict):
-        props = prop.get("properties", {})
-        return {k: _coerce_numbers(v, props.get(k, {})) for k, v in value.items()}
+    if "integer" in types and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if "object" in types and isinstance(value, dict):
+        props, rest = prop.get("properties", {}), prop.get("additionalProperties", {})
+        return {k: _coerce_numbers(v, props.get(k, rest if isinstance(rest, dict) else {})) for k, v in value.items()}
+    if "array" in types and isinstance(value, list):
+        return [_coerce_numbers(v, prop.get("items", {})) for v in value]
     return value
 
 
-def validate(raw: dict, source: str = "config") -> Config:
-    """Check a config mapping against the schema and build the Config; one clear line on error."""
-    the_schema = schema()
-    raw = _coerce_numbers(dict(raw), the_schema)
-    errors = sorted(
-        jsonschema.Draft202012Validator(the_schema).iter_errors(raw), key=lambda e: len(list(e.absolute_path))
-    )
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "number", lambda checker, value: jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(value, "number")
+        and math.isfinite(value)),
+)
+"""Draft 2020-12, where a number is finite: NaN would pass every bound (NaN < 1 is false)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _validator(registries: tuple) -> jsonschema.protocols.Validator:
+    """The schema's validator, built once for each state of the registries (`registries`, a key of
+    every registered task and method): building the schema reads every config class's source."""
+    return _Validator(schema())
+
+
+def _registries() -> tuple:
+    from evals.tasks import TASKS
+    from methods import METHODS
+
+    return tuple((name, type(task)) for name, task in TASKS.items()), tuple(
+        (name, method.config) for name, method in METHODS.items())
+
+
+def validate(raw: Any, source: str = "config") -> Config:
+    """Check a config mapping against the schema and build the Config; one clear line on error:
+    the deepest key at fault, or a method's own check across its keys (its config's ValueError)."""
+    if not isinstance(raw, dict):
+        kind = "null" if raw is None else type(raw).__name__
+        raise NogradError(f"{source}: the top level is {kind}, not a mapping of keys "
+                          "(required: name, model, tasks, methods, seeds)")
+    validator = _validator(_registries())
+    raw = _coerce_numbers(raw, validator.schema)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: -len(e.absolute_path))
     if errors:
         raise NogradError(f"{source}: {_one_line(errors[0])}")
     from methods import METHODS
 
     known = {f.name for f in dataclasses.fields(Config)}
     cfg = Config(**{k: v for k, v in raw.items() if k in known})
-    cfg.tasks = {name: TaskConfig(**(spec or {})) for name, spec in raw["tasks"].items()}
-    cfg.methods = {name: METHODS[name].config(**(spec or {})) for name, spec in raw["methods"].items()}
+    cfg.tasks = {name: TaskConfig(**spec) for name, spec in raw["tasks"].items()}
+    cfg.methods = {}
+    for name, spec in raw["methods"].items():
+        try:
+            cfg.methods[name] = METHODS[name].config(**spec)
+        except ValueError as error:
+            raise NogradError(f"{source}: methods.{name}: {error}") from None
     cfg.evaluation = EvaluationConfig(**raw.get("evaluation", {}))
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
@@ -349,11 +430,21 @@ def validate(raw: dict, source: str = "config") -> Config:
 
 
 def load(path: str | Path) -> Config:
+    """The config in a YAML file; a file that is missing or not YAML is one line naming it (and the YAML line)."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise NogradError(f"config file {path} does not exist")
-    with open(path) as fh:
-        return validate(yaml.safe_load(fh) or {}, source=str(path))
+    with open(path, "rb") as fh:  # bytes: PyYAML then names a non-UTF-8 byte's position
+        try:
+            raw = yaml.safe_load(fh)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else str(path)
+            problem = getattr(error, "problem", None) or str(error)
+            raise NogradError(f"{where}: not valid YAML: {' '.join(str(problem).split())}") from None
+        except RecursionError:
+            raise NogradError(f"{path}: not valid YAML: nested too deeply to read") from None
+    return validate({} if raw is None else raw, source=str(path))
 
 
 def to_dict(cfg: Any) -> Any:

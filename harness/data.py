@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 from evals.tasks import get_task
-from evals.tasks.base import DataUnavailable, Problem, content_hash
+from evals.tasks.base import DataUnavailable, MalformedData, Problem, content_hash, read_jsonl
 from harness.config import Config
 from harness.errors import NogradError
 from harness.outputs import atomic_path, write_json
@@ -60,16 +60,28 @@ def write_split(path: Path, problems: list[Problem]) -> None:
 
 
 def read_split(path: Path) -> list[Problem]:
-    return [Problem.from_json(line) for line in Path(path).read_text().splitlines() if line]
+    """A prepared split; a damaged one (a truncated line, a record missing a field) is one line
+    naming the file and line (`read_jsonl`)."""
+    return [Problem(**row) for row in read_jsonl(path, ("id", "question", "answer"))]
 
 
 def prepare(cfg: Config, task_name: str, out_dir: Path) -> dict:
-    """Write `train.jsonl`, `test.jsonl` and (last) `manifest.json` for one task."""
+    """Write `train.jsonl`, `test.jsonl` and (last) `manifest.json` for one task.
+
+    Any of the three left by an earlier run is removed first, the manifest before the splits, so
+    a task is prepared exactly when its manifest exists: a run stopped by bad data leaves none of
+    the three, one killed part-way no manifest, and neither Snakemake nor a rerun takes a
+    half-prepared task as done.
+    """
+    if task_name not in cfg.tasks:
+        raise NogradError(f"task {task_name!r} is not in the config (tasks: {', '.join(cfg.tasks)})")
+    for name in ("manifest.json", "train.jsonl", "test.jsonl"):
+        (out_dir / name).unlink(missing_ok=True)
     task, sizes = get_task(task_name), cfg.tasks[task_name]
     try:
         test, test_source = task.load("test", data_dir(cfg))
         train, train_source = task.load("train", data_dir(cfg))
-    except DataUnavailable as error:
+    except (DataUnavailable, MalformedData) as error:
         raise NogradError(f"task {task_name}: {error}") from error
     test = _subset(test, sizes.test_size)
     # Train and test never overlap, even when they come from different sources.

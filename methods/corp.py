@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from harness.fitness import softmax
@@ -75,51 +76,55 @@ EPS = 1e-12
 
 Direction = dict[int, float]
 """sum_j c_j eps(s_j) as {s_j: c_j}."""
+Grid = Annotated[list[float], Range(min_items=1)]
+"""Values a stage tries (or draws from): at least one."""
+Quantiles = Annotated[list[Annotated[float, Range(ge=0, le=1)]], Range(min_items=1)]
+"""Quantile levels q in [0, 1]: at least one."""
 
 
 @dataclass
 class CoRPConfig:
     """CoRP's `scripts/run.sh`: 500 perturbations (a tenth of RandOpt's), support 500, probe 100."""
 
-    population: int = 500
+    population: Positive = 500
     """Stage 0 perturbations N, each scored on the support set."""
-    sigmas: list[float] = field(default_factory=lambda: [0.0005, 0.001, 0.002])
+    sigmas: Grid = field(default_factory=lambda: [0.0005, 0.001, 0.002])
     """Grid the noise scale sigma_i of each Stage 0 member is drawn from, uniformly."""
-    support_size: int = 500
+    support_size: Positive = 500
     """Support set S: the first support_size training problems."""
-    probe_size: int = 100
+    probe_size: Positive = 100
     """Probe set P: the next probe_size training problems, disjoint from S."""
-    q_grid: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.9])
+    q_grid: Quantiles = field(default_factory=lambda: [0.5, 0.7, 0.9])
     """Elite quantiles q: members with r_i >= quantile_q(r) are merged."""
-    beta_grid: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
+    beta_grid: Grid = field(default_factory=lambda: [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
     """Inverse temperatures beta of the softmax reward weights."""
-    scale_grid: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
+    scale_grid: Grid = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
     """Stage 1 step scales s of the candidate theta_0 + s Delta."""
-    rank: int = 8
+    rank: Annotated[int, Range(ge=0)] = 8
     """Principal directions u_k of a weighted cloud kept for Stage 2's sampling."""
-    rounds: int = 3
+    rounds: Annotated[int, Range(ge=0)] = 3
     """Stage 2 re-centring rounds T at most (0 skips Stage 2)."""
-    max_accepted: int = 2
+    max_accepted: Annotated[int, Range(ge=0)] = 2
     """Stage 2 stops after this many accepted re-centrings."""
-    patience: int = 2
+    patience: Annotated[int, Range(ge=0)] = 2
     """Stage 2 stops after this many rejected rounds in a row."""
-    local_population: int = 100
+    local_population: Positive = 100
     """Stage 2 candidates L sampled around the centre per round."""
-    iso_lambda: float = 0.5
+    iso_lambda: Annotated[float, Range(ge=0, le=1)] = 0.5
     """Initial isotropic share lambda of the local sampling variance."""
-    sigma_down: float = 0.5
+    sigma_down: Annotated[float, Range(gt=0)] = 0.5
     """Factor on the local sigma after a rejected round (it starts at Stage 0's best sigma)."""
-    regression_lambda: float = 2.0
+    regression_lambda: Annotated[float, Range(ge=0)] = 2.0
     """lambda_reg: weight of a regression against a fix in the constructive score."""
-    ess_initial: float = 16.0
+    ess_initial: Annotated[float, Range(gt=0)] = 16.0
     """Target effective sample size of the search-cloud weights in the first round."""
-    ess_final: float = 4.0
+    ess_final: Annotated[float, Range(gt=0)] = 4.0
     """Target effective sample size in the last round (geometric interpolation in between)."""
-    step_factors: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0])
+    step_factors: Grid = field(default_factory=lambda: [0.5, 1.0, 2.0])
     """Stage 2 proposal steps eta, as multiples of the current one (Stage 1's s ||Delta||, then the last accepted)."""
-    line_search: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0])
+    line_search: Grid = field(default_factory=lambda: [0.5, 1.0, 2.0])
     """Probe line search: the gated proposal is tried at alpha eta for each alpha."""
-    gate_z: float = 1.0
+    gate_z: Annotated[float, Range(ge=0)] = 1.0
     """z of the paired lower confidence bound mean - z SE on the gate half and the probe set."""
     accept_epsilon: float = 0.0
     """An accepted round must reach the current probe accuracy plus this."""
@@ -128,6 +133,11 @@ class CoRPConfig:
     score: Literal["correctness", "reward"] = "correctness"
     """Per-example score on the support, probe, select and gate sets: correctness (CoRP's code), or
     the training reward with its format term (reward.format_weight)."""
+
+    def __post_init__(self) -> None:
+        if self.rounds > 0 and self.support_size < 2:
+            raise ValueError(f"support_size ({self.support_size}) must be at least 2 when rounds > 0: Stage 2 splits "
+                             "the support set into a select and a gate half")
 
 
 # ---------------------------------------------------------------- seed-coefficient space

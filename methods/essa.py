@@ -40,12 +40,13 @@ on every worker, only the 4 lambda bytes of fitnesses would travel.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Callable, Literal
 
 import numpy as np
 
 from evals.tasks.base import Problem
 from harness import spaces
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from methods import register
 from methods.sft import ESSA_BIBTEX, TINY, SFTConfig, add_adapter, warm_start
@@ -61,15 +62,15 @@ class ESSAConfig(SFTConfig):
 
     decompose: Literal["each", "product"] = "each"
     """'each': SVDs of lora_A and lora_B (2r values per layer); 'product': the SVD of their product BA (r values)."""
-    fraction: float = 1.0
+    fraction: Annotated[float, Range(gt=0, le=1)] = 1.0
     """Share of each matrix's singular values searched (the largest); the rest stay at their SVD values."""
-    generations: int = 200
+    generations: Positive = 200
     """CMA-ES generations (ask, score, tell)."""
-    population_size: int | None = None
+    population_size: Annotated[int, Range(ge=2)] | None = None
     """CMA-ES lambda; null for pycma's default 4 + floor(3 ln d)."""
-    sigma0: float = 0.1
+    sigma0: Annotated[float, Range(gt=0)] = 0.1
     """Initial CMA-ES step size, as a fraction of the mean absolute singular value searched."""
-    batch_size: int = 32
+    batch_size: Positive = 32
     """Training problems per generation, scored by every candidate with greedy rollouts."""
     final: Literal["mean", "best"] = "mean"
     """Output adapter: the CMA-ES mean after the last generation, or the best candidate scored."""

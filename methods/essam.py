@@ -45,12 +45,13 @@ Choices, stated because the benchmark runs every method under the same condition
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Annotated, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 
 from harness import fitness
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
 from methods import register
@@ -63,34 +64,48 @@ Members = list[tuple[int, float]]
 class ESSAMConfig:
     """ESSAM's defaults (`essam_run.sh`: Qwen2.5-0.5B-Instruct on GSM8K)."""
 
-    steps: int = 1520
+    steps: Positive = 1520
     """Generations: 40 epochs x 38 chunks of the 7,473 GSM8K training problems."""
-    batch_size: int = 200
+    batch_size: Positive = 200
     """Training problems per step, shared by every member of both populations (the paper's chunk size)."""
-    population_size: int = 40
+    population_size: Positive = 40
     """Population N, at theta and again at theta_adv."""
-    sigma: float = 1.5e-3
+    sigma: Annotated[float, Range(ge=0)] = 1.5e-3
     """Perturbation scale sigma."""
-    alpha: float = 2.5e-4
+    alpha: Annotated[float, Range(ge=0)] = 2.5e-4
     """Learning rate alpha of theta <- theta + (alpha / N) sum_j z'_j eps'_j (sigma absorbed)."""
-    rho: float = 1e-4
+    rho: Annotated[float, Range(ge=0)] = 1e-4
     """SAM ascent scale: theta_adv = theta - (rho / N) sum_i z_i eps_i, not normalised."""
     noise: Literal["iid", "shared"] = "shared"
     """Noise across tensors: one seed re-used for every tensor (the ESSAM code), or independent per tensor."""
     antithetic: bool = False
     """Evaluate antithetic pairs theta +- sigma eps (not in the paper); populations must then be even."""
 
+    def __post_init__(self) -> None:
+        even_when_antithetic(self, "population_size")
+
 
 @dataclass
 class ESSAMFConfig(ESSAMConfig):
     """ESSAM-F's defaults (`essam-fen_run.sh`): ESSAM's, plus the smaller SAM population."""
 
-    population_size: int = 40
+    population_size: Positive = 40
     """Main population N, at theta_adv (the SAM population at theta is K)."""
-    rho: float = 1e-4
+    rho: Annotated[float, Range(ge=0)] = 1e-4
     """SAM radius: theta_adv = theta - rho g_hat / ||g_hat||_F, so ||theta_adv - theta||_F = rho."""
-    sam_population_size: int = 10
+    sam_population_size: Positive = 10
     """SAM population K, scored with raw centred rewards (the main population stays N)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        even_when_antithetic(self, "sam_population_size")
+
+
+def even_when_antithetic(config: ESSAMConfig, key: str) -> None:
+    """Antithetic members come in pairs (theta +- sigma eps), so the population `key` must be even."""
+    if config.antithetic and getattr(config, key) % 2:
+        raise ValueError(f"{key} ({getattr(config, key)}) must be even with antithetic: true (members come in "
+                         "pairs theta +- sigma eps)")
 
 
 def population_rewards(params: Sequence[torch.Tensor], members: Members, sigma: float, reward: Callable[[], float],

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
+from harness.config import Range
 from harness.contract import Artifact, Run
-from harness.errors import NogradError
 from methods import register
 from methods.grpo import TINY, GRPOMethodConfig, metered_trainer, run_trainer
 
@@ -38,7 +39,7 @@ from methods.grpo import TINY, GRPOMethodConfig, metered_trainer, run_trainer
 class FGRPOConfig(GRPOMethodConfig):
     """F-GRPO: GRPO's settings (the paper's group of 8) plus the focal exponent gamma."""
 
-    gamma: float = 0.5
+    gamma: Annotated[float, Range(ge=0)] = 0.5
     """Focal exponent: each prompt's advantages are scaled by (1 - mu_hat)^gamma; 0 is GRPO exactly."""
 
 
@@ -106,6 +107,4 @@ BIBTEX = """
                 "arXiv 2602.06717; run on TRL's GRPOTrainer (trl 1.16.0)",
           tiny={**TINY, "gamma": 0.5})
 def train(config: FGRPOConfig, run: Run) -> Artifact:
-    if config.gamma < 0:
-        raise NogradError(f"methods.fgrpo: gamma ({config.gamma}) must be at least 0")
     return run_trainer(focal_trainer(), config, run, gamma=config.gamma)

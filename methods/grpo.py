@@ -51,10 +51,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Callable, Literal
 
 import torch
 
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from methods import register
@@ -69,38 +70,44 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 class GRPOMethodConfig:
     """GRPO as the F-GRPO paper runs it (METHODS.md section 7.3); batch size and steps are stated choices."""
 
-    steps: int = 300
+    steps: Positive = 300
     """Optimizer steps T (TRL's max_steps); each samples a fresh batch of prompts."""
-    prompts_per_step: int = 64
+    prompts_per_step: Positive = 64
     """Prompts B per step; each is sampled num_generations times."""
-    num_generations: int = 8
+    num_generations: Annotated[int, Range(ge=2)] = 8
     """Group size G: completions per prompt, whose rewards are normalised against each other (F-GRPO paper: 8)."""
-    micro_batch_size: int = 8
+    micro_batch_size: Positive = 8
     """Completions per forward/backward pass; a step accumulates gradients over B x G of them
     (memory, not the algorithm)."""
-    learning_rate: float = 1e-6
+    learning_rate: Annotated[float, Range(ge=0)] = 1e-6
     """AdamW learning rate, constant over the run."""
-    beta: float = 0.0
+    beta: Annotated[float, Range(ge=0)] = 0.0
     """Coefficient of the KL penalty to the starting model; 0 loads no reference model."""
-    epsilon: float = 0.2
+    epsilon: Annotated[float, Range(ge=0)] = 0.2
     """Clipping range of the importance ratio: 1 - epsilon below (and above unless epsilon_high is set)."""
-    epsilon_high: float | None = None
+    epsilon_high: Annotated[float, Range(ge=0)] | None = None
     """Upper clipping range; null for epsilon (GRPO); DAPO uses 0.28."""
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo", "cispo"] = "grpo"
     """TRL's loss aggregation: 'grpo' averages tokens within each completion, then completions;
     'dapo' averages all tokens of the batch."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Advantages divided by the group's reward std (GRPO), the batch's, or by nothing (Dr. GRPO)."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Range(ge=0)] = 1.0
     """Sampling temperature of the rollouts."""
     gradient_checkpointing: bool = True
     """Recompute activations in the backward pass (TRL's default): less memory for about one more forward."""
-    lora_rank: int = 0
+    lora_rank: Annotated[int, Range(ge=0)] = 0
     """0 trains every parameter; r > 0 trains a LoRA adapter of rank r (peft) and leaves the base frozen."""
     lora_alpha: float = 32.0
     """LoRA alpha: the adapter's update BA is scaled by alpha / r."""
     lora_target_modules: list[str] = field(default_factory=lambda: list(PROJECTIONS))
     """Linear layers given an adapter when lora_rank > 0."""
+
+    def __post_init__(self) -> None:
+        rollouts = self.prompts_per_step * self.num_generations
+        if rollouts % self.micro_batch_size:
+            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) must divide prompts_per_step x "
+                             f"num_generations ({self.prompts_per_step} x {self.num_generations} = {rollouts})")
 
 
 class VerifierRewards:
@@ -185,17 +192,11 @@ def metered_trainer() -> type[GRPOTrainer]:
 
 
 def check(config: GRPOMethodConfig, run: Run) -> None:
-    """One line naming the setting, before any work, for what TRL would reject or silently skip."""
-    where = f"methods.{run.method}"
-    if config.num_generations < 2:
-        raise NogradError(f"{where}: num_generations ({config.num_generations}) must be at least 2 to form a group")
-    if not 1 <= config.prompts_per_step <= len(run.train):
-        raise NogradError(f"{where}: prompts_per_step ({config.prompts_per_step}) must lie between 1 and the "
+    """One line naming the setting, before any work, for what TRL would reject given this run's
+    data (the config's own bounds and `micro_batch_size` are checked when it is validated)."""
+    if config.prompts_per_step > len(run.train):
+        raise NogradError(f"methods.{run.method}: prompts_per_step ({config.prompts_per_step}) must be at most the "
                           f"{len(run.train)} training problems of task {run.task.name}")
-    rollouts = config.prompts_per_step * config.num_generations
-    if config.micro_batch_size < 1 or rollouts % config.micro_batch_size:
-        raise NogradError(f"{where}: micro_batch_size ({config.micro_batch_size}) must divide prompts_per_step x "
-                          f"num_generations ({config.prompts_per_step} x {config.num_generations} = {rollouts})")
 
 
 def trl_config(config: GRPOMethodConfig, run: Run) -> GRPOConfig:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Annotated, Callable, Literal, Sequence
 
 import torch
 
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
 from methods import register
@@ -39,26 +40,26 @@ from methods import register
 class MeZOConfig:
     """MeZO's defaults for full-parameter fine-tuning (`large_models/mezo.sh`, README)."""
 
-    steps: int = 20000
+    steps: Positive = 20000
     """Optimisation steps T."""
-    lr: float = 1e-6
+    lr: Annotated[float, Range(ge=0)] = 1e-6
     """Learning rate eta (README: 1e-6 or 1e-7 for full parameters)."""
-    eps: float = 1e-3
+    eps: Annotated[float, Range(gt=0)] = 1e-3
     """Perturbation scale epsilon."""
-    batch_size: int = 16
+    batch_size: Positive = 16
     """Training problems per step; both forward passes use the same batch."""
-    weight_decay: float = 0.0
+    weight_decay: Annotated[float, Range(ge=0)] = 0.0
     """Decoupled weight decay lambda, not applied to biases and norm weights."""
     objective: Literal["loss", "reward"] = "loss"
     """'loss': cross-entropy of reference solutions (MeZO's objective); 'reward': minus the mean
     greedy-rollout reward."""
     noise: Literal["iid", "shared"] = "iid"
     """Noise across tensors: independent per tensor (MeZO) or one seed re-used for every tensor."""
-    eval_every: int = 500
+    eval_every: Positive = 500
     """Steps between held-out losses (also at step 0 and after the last): MeZO's code takes 4,000 (5
     points in 20,000), too coarse to resolve SAZO's claimed 6x (3,333 steps); 500 gives 41 points, 7
     before 3,333, at 3% of the training forwards."""
-    heldout_size: int = 500
+    heldout_size: Positive = 500
     """Training problems held out for the held-out loss and never trained on (MeZO's 500 dev
     examples); at most a third of the training split."""
 

@@ -28,11 +28,12 @@ shared with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
 from evals.tasks.base import Problem
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from harness.fitness import top_k
@@ -44,19 +45,24 @@ from methods import register
 class RandOptConfig:
     """RandOpt's paper scripts (`scripts/*.sh`): 5000 perturbations, the top 1% voting."""
 
-    population: int = 5000
+    population: Positive = 5000
     """Perturbations N, each scored on the support set."""
-    sigmas: list[float] = field(default_factory=lambda: [0.0005, 0.001, 0.002])
+    sigmas: Annotated[list[float], Range(min_items=1)] = field(default_factory=lambda: [0.0005, 0.001, 0.002])
     """Grid the noise scale sigma_i of each member is drawn from, uniformly."""
-    top_k: int = 50
+    top_k: Positive = 50
     """Ensemble size K: the best K members vote (1% of N = 50 in the paper)."""
-    support_size: int = 200
+    support_size: Positive = 200
     """Support problems: the first support_size training problems, scored with greedy decoding."""
     noise: Literal["iid", "shared"] = "shared"
     """Noise across tensors: one seed re-used for every tensor (RandOpt's code), or independent per tensor."""
     score: Literal["correctness", "reward"] = "correctness"
     """A member's support score: mean correctness (RandOpt's code), or the training reward with its
     format term (reward.format_weight)."""
+
+    def __post_init__(self) -> None:
+        if self.top_k > self.population:
+            raise ValueError(f"top_k ({self.top_k}) must be at most population ({self.population}): the best K of "
+                             "the N members vote")
 
 
 def train_slice(run: Run, start: int, size: int, what: str) -> list[Problem]:

@@ -55,12 +55,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
-from harness.errors import NogradError
 from harness.perturb import trainable
 from methods import register
 from methods.mezo import MeZOConfig, batch_objective, heldout_curve, zo_step, zo_update
@@ -70,13 +71,13 @@ from methods.mezo import MeZOConfig, batch_objective, heldout_curve, zo_step, zo
 class SAZOConfig(MeZOConfig):
     """MeZO's settings (same defaults) plus the sampler's; the sampler's defaults are this reconstruction's choices."""
 
-    beta: float = 0.5
+    beta: Annotated[float, Range(ge=0, lt=1)] = 0.5
     """Adaptive share of the sampling law, in [0, 1): p_j = (1 - beta)/N + beta sqrt(s_j)/sum sqrt(s); 0 is MeZO."""
-    rho: float = 0.9
+    rho: Annotated[float, Range(ge=0, lt=1)] = 0.9
     """EMA decay of s_j, in [0, 1): s_j <- rho s_j + (1 - rho) d_j^2 on each visit of example j."""
-    s0: float | None = None
+    s0: Annotated[float, Range(ge=0)] | None = None
     """Initial s_j of every example; null: the mean d_j^2 over the warm-up of uniform (MeZO) steps."""
-    warmup_steps: int | None = None
+    warmup_steps: Positive | None = None
     """Uniform steps that measure s0 when s0 is null; null: one epoch, ceil(N / batch_size)."""
 
 
@@ -132,17 +133,11 @@ BIBTEX = """
           paper="SAZO: Sample-Adaptive Zeroth-Order optimisation (arXiv 2610.12566); reconstructed from its abstract",
           tiny={"steps": 2, "batch_size": 2, "warmup_steps": 1})
 def train(config: SAZOConfig, run: Run) -> Artifact:
-    if not (0 <= config.beta < 1 and 0 <= config.rho < 1):
-        raise NogradError(f"methods.sazo: beta ({config.beta}) and rho ({config.rho}) must lie in [0, 1)")
-    if config.s0 is not None and config.s0 < 0:
-        raise NogradError(f"methods.sazo: s0 ({config.s0}) is a mean square and cannot be negative")
     heldout = heldout_curve(config, run)
     n = len(run.train)
     size = min(config.batch_size, n)
     if config.s0 is None:
         warmup = math.ceil(n / size) if config.warmup_steps is None else config.warmup_steps
-        if warmup < 1:
-            raise NogradError("methods.sazo: s0 is null, so warmup_steps must be at least 1 (or set s0)")
     else:
         warmup = 0
     params = trainable(run.model)

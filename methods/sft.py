@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 
 from evals.tasks.base import Problem
 from harness import spaces
+from harness.config import Positive, Range
 from harness.contract import Artifact, Run
 from harness.errors import NogradError
 from methods import register
@@ -42,23 +44,23 @@ class SFTConfig:
     """ESSA's warm-start settings; the paper's values were not retrieved, so each default is a
     stated choice (module docstring)."""
 
-    lora_rank: int = 16
+    lora_rank: Positive = 16
     """LoRA rank r of the warm-started adapter."""
     lora_alpha: float = 32.0
     """LoRA alpha: the adapter's update BA is scaled by alpha / r."""
-    target_modules: list[str] = field(default_factory=lambda: list(PROJECTIONS))
+    target_modules: Annotated[list[str], Range(min_items=1)] = field(default_factory=lambda: list(PROJECTIONS))
     """Linear layers given an adapter (names as in the model's modules)."""
-    sft_steps: int = 500
+    sft_steps: Annotated[int, Range(ge=0)] = 500
     """AdamW steps of the SFT warm start; 0 leaves the adapter untrained (B = 0), from which ESSA then searches."""
-    sft_batch_size: int = 16
+    sft_batch_size: Positive = 16
     """SFT targets per warm-start step."""
-    sft_lr: float = 2e-4
+    sft_lr: Annotated[float, Range(ge=0)] = 2e-4
     """AdamW learning rate of the warm start."""
-    sft_weight_decay: float = 0.0
+    sft_weight_decay: Annotated[float, Range(ge=0)] = 0.0
     """AdamW weight decay of the warm start."""
-    self_samples: int = 4
+    self_samples: Positive = 4
     """Without reference solutions: samples per training problem; the verified-correct ones are the SFT targets."""
-    self_temperature: float = 0.7
+    self_temperature: Annotated[float, Range(ge=0)] = 0.7
     """Sampling temperature of those samples."""
 
 

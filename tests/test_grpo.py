@@ -15,7 +15,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from conftest import killed_at_step
 from evals.tasks import get_task
-from harness import artifacts, training
+from harness import artifacts, config, training
 from harness.config import RewardConfig
 from harness.errors import NogradError
 from harness.outputs import read_json
@@ -185,13 +185,18 @@ def test_nan_from_the_verifier_never_reaches_the_loss(workdir, monkeypatch):
 
 @pytest.mark.parametrize("change, message", [
     ({"micro_batch_size": 3}, r"methods.grpo: micro_batch_size \(3\) must divide prompts_per_step x num_generations"),
-    ({"prompts_per_step": 9}, r"methods.grpo: prompts_per_step \(9\) must lie between 1 and the 8 training problems"),
-    ({"num_generations": 1}, r"methods.grpo: num_generations \(1\) must be at least 2"),
+    ({"num_generations": 1}, r"methods.grpo.num_generations: 1 is less than the minimum of 2"),
 ])
-@pytest.mark.parametrize("workdir", [("grpo", ONE_STEP)], indirect=True)
-def test_settings_trl_would_reject_or_skip_are_one_clear_line(workdir, change, message):
-    cfg = dataclasses.replace(workdir.config, methods={"grpo": GRPOMethodConfig(**{**ONE_STEP, **change})})
+def test_settings_trl_would_reject_are_refused_by_the_config(change, message):
     with pytest.raises(NogradError, match=message):
+        config.validate({"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}},
+                         "methods": {"grpo": {**ONE_STEP, **change}}})
+
+
+@pytest.mark.parametrize("workdir", [("grpo", ONE_STEP)], indirect=True)
+def test_more_prompts_per_step_than_training_problems_is_one_clear_line(workdir):
+    cfg = dataclasses.replace(workdir.config, methods={"grpo": GRPOMethodConfig(**{**ONE_STEP, "prompts_per_step": 9})})
+    with pytest.raises(NogradError, match=r"methods.grpo: prompts_per_step \(9\) must be at most the 8 training"):
         train_with(workdir, cfg)
 
 

@@ -71,7 +71,7 @@ def test_ensemble_is_the_top_k_members_as_seed_lists(score):
 
 def test_a_support_set_larger_than_the_training_split_is_one_clear_error():
     with pytest.raises(NogradError, match="support set needs training problems 0..9, but task synthetic has 4"):
-        randopt(RandOptConfig(population=2, support_size=10), SyntheticRun(thresholds=np.zeros(4)))
+        randopt(RandOptConfig(population=2, top_k=1, support_size=10), SyntheticRun(thresholds=np.zeros(4)))
 
 
 TINY = {"population": 4, "top_k": 2, "support_size": 3, "sigmas": [0.01, 0.05]}

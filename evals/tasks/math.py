@@ -188,11 +188,12 @@ class MATH(Task):
         attempts: list[Attempt] = []
         if split == "test":
             if data_dir is not None:
-                attempts.append(local_attempt(data_dir, "math500/test.jsonl", math500_problems))
+                attempts.append(local_attempt(data_dir, "math500/test.jsonl", math500_problems, ("problem", "answer")))
             attempts.append(hub_attempt("HuggingFaceH4/MATH-500", None, "test", math500_problems))
         else:
             if data_dir is not None:
-                attempts.append(local_attempt(data_dir, "math/train.jsonl", hendrycks_problems))
+                attempts.append(local_attempt(data_dir, "math/train.jsonl", hendrycks_problems,
+                                              ("problem", "solution", "type")))
             attempts.append(("hub EleutherAI/hendrycks_math", hendrycks_train))
         attempts.append(("package champ-dataset", lambda: champ_split(split)))
         return load_first(f"math {split}", attempts)
