@@ -402,6 +402,9 @@ def validate(raw: Any, source: str = "config") -> Config:
                           "(required: name, model, tasks, methods, seeds)")
     validator = _validator(_registries())
     raw = _coerce_numbers(raw, validator.schema)
+    for section in ("tasks", "methods"):  # `mezo:` with nothing after it: the method at its defaults
+        if isinstance(raw.get(section), dict):
+            raw[section] = {name: {} if spec is None else spec for name, spec in raw[section].items()}
     errors = sorted(validator.iter_errors(raw), key=lambda e: -len(e.absolute_path))
     if errors:
         raise NogradError(f"{source}: {_one_line(errors[0])}")
