@@ -458,7 +458,7 @@ def test_an_mbpp_completion_cannot_unwrap_its_entry_point_by_rebinding_the_globa
     program = CODE.program(problem, completion)
     result = run_program(program, entry_point="first_repeated_char")
     assert result.status == "reward_hack"
-    assert not CODE.is_correct(problem, completion)
+    assert graded(CODE, problem, completion) == (0.0, "reward_hacks")
     assert CODE.is_correct(problem, "def first_repeated_char(s):\n    return next((c for i, c in enumerate(s) "
                            "if c in s[:i]), 'None')\n")
 
