@@ -7,11 +7,19 @@ A DAG test compares its run with the fingerprint in tests/golden/<test>.json, wr
 code before a refactoring (`NOGRAD_WRITE_GOLDEN=1 pytest tests/test_pipeline.py`). Greedy
 decoding of a random model is bit-exact only with the same CPU kernels, so the fingerprint
 records torch's CPU capability and a machine with another compares nothing, and says so.
+
+Text, counts and every value computed from them (completions, scores, intervals, queries, the
+report) must be equal. Floats that come from the model's arithmetic (losses, projected gradients,
+step sizes) are compared to within a few roundings instead: MKL picks its matmul kernels by CPU
+model, not by the capability torch reports, so two AVX512 machines of this workplace gave a
+MeZO loss one ulp apart (5.912366867 against 5.912367344), hence projected gradients 1.2e-4
+apart, and ESSA's sigma 7e-10 relative apart, with every completion and score the same.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -23,6 +31,11 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 VOLATILE = re.compile(r"(_s|_mb|time|wall|memory|date|commit|hash|run_id|version|hardware)$")
 """Keys whose values differ between two runs of the same code."""
 TIMED_TABLE = re.compile(r"\((s|MB)\)")
+RELATIVE = 1e-6
+"""How far two machines' float results may differ, relative: about ten fp32 roundings."""
+ABSOLUTE = {"projected_grad": 2e-3}
+"""Floats that amplify a rounding: a projected gradient is a difference of two losses over 2 eps
+(eps = 1e-3 here), so one ulp of one loss near 6 (4.8e-7) moves it by 2.4e-4 over the batch."""
 
 
 def _stable(value, model: str):
@@ -81,4 +94,26 @@ def assert_unchanged(name: str, results: Path, model: Path) -> None:
         pytest.skip(f"{path.name} was written with {golden['cpu_capability']} CPU kernels, this machine has "
                     f"{found['cpu_capability']}: greedy decoding of a random model can differ in the last bit")
     for part in ("summary", "completions", "report"):
-        assert found[part] == golden[part], f"the run's {part} differs from {path.name}"
+        difference = next(differences(found[part], golden[part], (part,)), None)
+        assert difference is None, f"the run differs from {path.name} at {difference}"
+
+
+def differences(found, golden, path: tuple = ()):
+    """Where `found` differs from `golden`: a path and both values, for each difference. Floats
+    agree within RELATIVE (ABSOLUTE for the keys it names); everything else must be equal."""
+    if isinstance(found, dict) and isinstance(golden, dict):
+        for key in sorted(found.keys() | golden.keys()):
+            if key not in found or key not in golden:
+                yield f"{'.'.join(map(str, path + (key,)))}: only in {'golden' if key in golden else 'this run'}"
+            else:
+                yield from differences(found[key], golden[key], path + (key,))
+    elif isinstance(found, list) and isinstance(golden, list):
+        if len(found) != len(golden):
+            yield f"{'.'.join(map(str, path))}: {len(found)} items here, {len(golden)} in the golden"
+        for index, (a, b) in enumerate(zip(found, golden)):
+            yield from differences(a, b, path + (index,))
+    elif isinstance(found, float) and isinstance(golden, float):
+        if not math.isclose(found, golden, rel_tol=RELATIVE, abs_tol=ABSOLUTE.get(str(path[-1]), 0.0)):
+            yield f"{'.'.join(map(str, path))}: {found!r} here, {golden!r} in the golden"
+    elif found != golden or type(found) is not type(golden):
+        yield f"{'.'.join(map(str, path))}: {found!r} here, {golden!r} in the golden"
