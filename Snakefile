@@ -41,6 +41,11 @@ def data_dir(wildcards, input):
     return Path(input.data).parent
 
 
+def gpus(wildcards):
+    """The GPUs a job on `wildcards.method` holds: Snakemake's `gpu` resource, and the job's own devices."""
+    return CONFIG.resources.for_method(wildcards.method)
+
+
 def job_config(method=None, task=None, seed=None, report=False):
     """The JSON config a job gets: its own method, task and seed, and the shared settings (the
     report's own settings only where `report`)."""
@@ -97,8 +102,9 @@ rule tracking:
 # Snakemake deletes before rerunning a job; a job removes them once its outputs are written.
 # One core per job (Snakemake sets OMP_NUM_THREADS to it), so jobs run side by side: on the 2-core
 # CPU two one-thread evaluations took 73 s together, one two-thread evaluation 46 s alone, and
-# start-up, scoring and logging overlap too. On a GPU, `--set-threads train=N evaluate=N` (or a
-# profile) gives each job more cores, and `-j` bounds how many share the device.
+# start-up, scoring and logging overlap too. On GPUs each job holds `resources.gpus` devices of its
+# own (harness/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
+# `--set-threads train=N evaluate=N` (or a profile) gives each job more cores.
 rule train:
     input:
         model=rules.model.output[0],
@@ -111,13 +117,15 @@ rule train:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
         data=data_dir,
     threads: 1
+    resources:
+        gpu=gpus,
     log:
         "results/logs/train/{method}/{task}/seed{seed}.log",
     benchmark:
         "results/benchmarks/train/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} train --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --model {input.model} --data {params.data} "
+        "--seed {wildcards.seed} --gpus {resources.gpu} --model {input.model} --data {params.data} "
         "--tracking {input.tracking} --out {output.artifact} 2>&1 | tee {log}"
 
 
@@ -134,13 +142,15 @@ rule evaluate:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
         data=data_dir,
     threads: 1
+    resources:
+        gpu=gpus,
     log:
         "results/logs/eval/{method}/{task}/seed{seed}.log",
     benchmark:
         "results/benchmarks/eval/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} evaluate --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --artifact {input.artifact} --data {params.data} "
+        "--seed {wildcards.seed} --gpus {resources.gpu} --artifact {input.artifact} --data {params.data} "
         "--tracking {input.tracking} --out {output.metrics} 2>&1 | tee {log}"
 
 
@@ -158,13 +168,15 @@ rule crosscheck:
         config=lambda wc: job_config(wc.method, wc.task, int(wc.seed)),
         data=data_dir,
     threads: 1
+    resources:
+        gpu=gpus,
     log:
         "results/logs/crosscheck/{method}/{task}/seed{seed}.log",
     benchmark:
         "results/benchmarks/crosscheck/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} crosscheck --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --artifact {input.artifact} --data {params.data} --out {output} "
+        "--seed {wildcards.seed} --gpus {resources.gpu} --artifact {input.artifact} --data {params.data} --out {output} "
         "2>&1 | tee {log}"
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from harness import config as configuration
-from harness import data
+from harness import data, devices
 from harness.errors import NogradError
 
 
@@ -112,7 +112,8 @@ def parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
 
     path = dict(type=Path, required=True)
-    run = dict(method=dict(required=True), task=dict(required=True), seed=dict(type=int, required=True))
+    run = dict(method=dict(required=True), task=dict(required=True), seed=dict(type=int, required=True),
+               gpus=dict(type=int, help="GPUs the job holds (default: the config's resources for the method)"))
     command("schema", cmd_schema, "print the config schema generated from the config dataclasses")
     command("paper-config", cmd_paper_config, "print config/paper.yaml: every method at its paper's defaults")
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     # retried for about 20 s.
     data.skip_unreachable_hub()
     try:
+        if hasattr(args, "gpus"):  # a job on a model: its own devices, claimed before anything starts CUDA
+            count = args.gpus if args.gpus is not None else _config(args).resources.for_method(args.method)
+            devices.claim(count, f"{args.method} {args.task} seed{args.seed}")
         args.func(args)
     except NogradError as error:
         print(f"nograd {args.command}: error: {error}", file=sys.stderr)

@@ -142,6 +142,22 @@ class ReportConfig:
 
 
 @dataclass
+class ResourcesConfig:
+    """What each training, evaluation and cross-check job holds of a GPU machine (harness/devices.py)."""
+
+    gpus: Annotated[int, Range(ge=0)] = 1
+    """GPUs each job holds, its Snakemake `gpu` resource: it gets that many devices of its own and
+    sees only them, as cuda:0, cuda:1, ... (`snakemake --resources gpu=8` then runs eight one-GPU
+    jobs on eight devices); 0 runs it on the CPU. Nothing changes on a machine without GPUs."""
+    gpus_by_method: dict[str, Annotated[int, Range(ge=0)]] = field(default_factory=dict)
+    """GPUs the jobs of the methods named hold in place of `gpus` (e.g. {grpo: 2}). Each job is one
+    process computing on cuda:0: a count above 1 reserves the other devices for what runs beside it."""
+
+    def for_method(self, method: str) -> int:
+        return self.gpus_by_method.get(method, self.gpus)
+
+
+@dataclass
 class Config:
     """One experiment: a model, tasks, methods and seeds, evaluated the same way."""
 
@@ -178,6 +194,9 @@ class Config:
     """Harness settings of training runs, shared by all methods."""
     report: ReportConfig = field(default_factory=ReportConfig)
     """Settings of the report's claim checks."""
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    """What each job holds of a GPU machine; where a job runs changes none of its results, so jobs
+    are not rerun when these change."""
     tracking_uri: str = "sqlite:///results/mlflow.db"
     """MLflow tracking URI (SQLite; relative paths are relative to the working directory)."""
 
@@ -284,7 +303,9 @@ def schema() -> dict:
         additionalProperties=False,
         minProperties=1,
     )
-    root["properties"]["evaluation"]["properties"]["samples_by_method"]["propertyNames"] = {"enum": list(METHODS)}
+    for by_method in (root["properties"]["evaluation"]["properties"]["samples_by_method"],
+                      root["properties"]["resources"]["properties"]["gpus_by_method"]):
+        by_method["propertyNames"] = {"enum": list(METHODS)}
     return root
 
 
@@ -423,9 +444,12 @@ def validate(raw: Any, source: str = "config") -> Config:
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
     cfg.report = ReportConfig(**raw.get("report", {}))
-    if unrun := sorted(set(cfg.evaluation.samples_by_method) - set(cfg.methods)):
-        raise NogradError(f"{source}: evaluation.samples_by_method names {', '.join(map(repr, unrun))}, which this "
-                          f"config does not run (methods: {', '.join(cfg.methods)})")
+    cfg.resources = ResourcesConfig(**raw.get("resources", {}))
+    for key, by_method in (("evaluation.samples_by_method", cfg.evaluation.samples_by_method),
+                           ("resources.gpus_by_method", cfg.resources.gpus_by_method)):
+        if unrun := sorted(set(by_method) - set(cfg.methods)):
+            raise NogradError(f"{source}: {key} names {', '.join(map(repr, unrun))}, which this config does not run "
+                              f"(methods: {', '.join(cfg.methods)})")
     if cfg.sampler == "vllm" and importlib.util.find_spec("vllm") is None:
         raise NogradError(f"{source}: sampler: 'vllm' needs vLLM installed (pip install vllm, on a machine with a "
                           "CUDA GPU); 'torch' runs anywhere")
@@ -469,7 +493,8 @@ def for_run(cfg: Config, method: str | None = None, task: str | None = None, see
     method's settings change, and gives each run a hash of exactly what it depends on. A
     method's job sees its own number of evaluation samples as `evaluation.samples`. The report's
     settings reach only the job that writes the summary (`report=True`); every other job sees
-    their defaults, so changing a verdict rule retrains nothing.
+    their defaults, so changing a verdict rule retrains nothing. No job sees `resources` (the
+    Snakefile hands each its GPU count), so moving a run to other devices reruns nothing.
     """
     ev = cfg.evaluation
     if method:
@@ -481,6 +506,7 @@ def for_run(cfg: Config, method: str | None = None, task: str | None = None, see
         methods={method: cfg.methods[method]} if method else cfg.methods,
         seeds=[seed] if seed is not None else cfg.seeds,
         report=cfg.report if report else ReportConfig(),
+        resources=ResourcesConfig(),
     )
 
 

@@ -3,6 +3,7 @@ the config at parse time, and a whole run leaves a report, MLflow runs and non-z
 the same results and report as the code before the last refactoring (tests/fingerprint.py)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,11 +182,20 @@ def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
     assert_unchanged("dag_others", tmp_path / "results", tiny_model_dir)
 
 
-def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir,
-                                                                      **{m: METHODS[m].tiny for m in RL})))
-    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir, monkeypatch):
+    cfg = tiny_config(tiny_model_dir, **{m: METHODS[m].tiny for m in RL})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg, "resources": {"gpus_by_method": {"grpo": 2}}}))
+    # Three fake GPUs (tests/test_devices.py): each job holds its method's count, by the same locks as on GPUs.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    monkeypatch.setenv("NOGRAD_DEVICE_LOCKS", str(tmp_path / "locks"))
+    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", "--resources", "gpu=3")
     assert result.returncode == 0, result.stderr[-4000:]
+    logs = sorted((tmp_path / "results" / "logs").glob("[te]*/*/*/seed0.log"))
+    assert len(logs) == 2 * len(RL) * len(TASKS)
+    for log in logs:
+        held = re.search(r"holding GPU ([\d, ]+) of 0, 1, 2\n", log.read_text())
+        method = log.parent.parent.name
+        assert held and len(held[1].split(", ")) == (2 if method == "grpo" else 1), log
     summary = read_json(tmp_path / "results" / "summary.json")
     assert {(r["method"], r["task"]) for r in summary["results"]} == {
         (m, t) for m in RL for t in TASKS}
