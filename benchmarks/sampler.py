@@ -14,8 +14,10 @@ import dataclasses
 
 import torch
 
-from benchmarks.common import embedded_model, gsm8k_prompts, median_seconds, write_table
+from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from evals.sampler import SamplingParams, new_cache, sample, stop_ids
+from harness.outputs import write_json
+from harness.plan import SAMPLER_BENCHMARK
 
 
 def main() -> None:
@@ -71,9 +73,11 @@ def main() -> None:
     for row in rows:
         row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x",
                 f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
-    write_table("sampler", f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, "
-                f"top-p {args.top_p}, median of {args.repeats}",
-                ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"], rows)
+    setting = (f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, top-p {args.top_p}, "
+               f"median of {args.repeats}")
+    write_table("sampler", setting, ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"],
+                rows)
+    write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates})
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from evals.tasks import get_task
 from evals.tasks.base import Problem, graded
 from harness import artifacts, data, meters, tracking
 from harness.config import Config, config_hash
+from harness.contract import Queries
 from harness.outputs import atomic_path, finished, read_json, work_dir, write_json
 from reports.figures import passk_of_result
 
@@ -95,6 +96,12 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
             rows.extend(cached[member, b]["rows"])
         per_member.append({"greedy": [r[:1] for r in rows], "sample": [r[1:] for r in rows]})
     return per_member
+
+
+def queries(cfg: Config, problems: int, inference_passes: int) -> Queries:
+    """What evaluating one artifact asks of the model (`nograd plan`): each problem's greedy answer
+    and its `evaluation.samples` (the job's own), from every member of an ensemble."""
+    return Queries.rollouts(problems * (1 + cfg.evaluation.samples)) * inference_passes
 
 
 def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file: Path, data_dir: Path,

@@ -35,6 +35,17 @@ def cmd_paper_config(args) -> None:
     sys.stdout.write(configuration.paper_config_yaml())
 
 
+def cmd_plan(args) -> None:
+    from harness import plan
+
+    source = "given"
+    if args.tokens_per_second is None and (measured := plan.measured_throughput()):
+        args.tokens_per_second, source = measured
+    elif args.tokens_per_second is not None and args.tokens_per_second <= 0:
+        raise NogradError(f"--tokens-per-second must be positive, not {args.tokens_per_second}")
+    sys.stdout.write(plan.render(configuration.load(args.configfile), args.tokens_per_second, source))
+
+
 def cmd_prepare_model(args) -> None:
     from harness import models
 
@@ -103,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
 
     def command(name, func, help, **paths):
         sub = commands.add_parser(name, help=help)
-        if name not in ("schema", "paper-config"):
+        if name not in ("schema", "paper-config", "plan"):
             given = sub.add_mutually_exclusive_group(required=True)
             given.add_argument("--config", type=Path, help="experiment config file (YAML)")
             given.add_argument("--config-json", help="experiment config as JSON (what the Snakefile passes)")
@@ -116,6 +127,11 @@ def parser() -> argparse.ArgumentParser:
                gpus=dict(type=int, help="GPUs the job holds (default: the config's resources for the method)"))
     command("schema", cmd_schema, "print the config schema generated from the config dataclasses")
     command("paper-config", cmd_paper_config, "print config/paper.yaml: every method at its paper's defaults")
+    command("plan", cmd_plan, "print what every job of the DAG will ask of the model, and device-hours",
+            configfile=dict(type=Path, default=configuration.REPO / "config" / "config.yaml",
+                            help="the config the DAG would run (default: config/config.yaml)"),
+            **{"tokens-per-second": dict(type=float, help="generated tokens per second on one device (default: "
+                                         f"what benchmarks.sampler measured, in {'results/speed/sampler.json'})")})
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
     command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
     command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)

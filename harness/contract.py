@@ -14,6 +14,7 @@ numpy, transformers, the harness's config and meters) are read by type checkers 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Callable, Iterator, Literal, Protocol, Sequence, TypedDict
 
 if TYPE_CHECKING:
@@ -59,6 +60,46 @@ class Artifact(_ArtifactKeys, total=False):
     """The starting model's path, added by the harness to artifact.json (adapters and seeds build on it)."""
     run_id: str
     """The MLflow training run, added by the harness to artifact.json."""
+
+
+@dataclass(frozen=True)
+class Queries:
+    """What a training run asks of the model, in the units the harness's meters count it
+    (harness/meters.py), as a method's `queries(config, train)` predicts it before the run for
+    `nograd plan`: what the algorithm box says each step costs, times its steps. A count that
+    depends on outcomes (a stage that may stop early, a gate that may not open) is its largest
+    (`bound`). Perturbed members skipped as non-finite, which cost nothing, are not foreseen."""
+
+    sequences_generated: int = 0
+    """Rollouts: completions sampled or decoded greedily."""
+    forward_passes: int = 0
+    """Sequences run through the model, a generated one once: rollouts plus loss forwards."""
+    backward_passes: int = 0
+    """Sequences a backward pass went through."""
+    recompute_passes: int = 0
+    """Forwards a checkpointed backward recomputes."""
+    heldout_forward_passes: int = 0
+    """Held-out loss forwards, counted apart from training (MeZO's and SAZO's curve)."""
+    inference_passes: int = 1
+    """Models the artifact answers with (an ensemble's members): evaluation costs that many times one model's."""
+    bound: bool = False
+    """True when the counts are the most the run can spend, not what it will spend."""
+
+    def __add__(self, other: Queries) -> Queries:
+        return Queries(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
+                          if f.name not in ("inference_passes", "bound")},
+                       inference_passes=max(self.inference_passes, other.inference_passes),
+                       bound=self.bound or other.bound)
+
+    def __mul__(self, times: int) -> Queries:
+        return Queries(**{f.name: getattr(self, f.name) * times for f in fields(self)
+                          if f.name not in ("inference_passes", "bound")},
+                       inference_passes=self.inference_passes, bound=self.bound)
+
+    @staticmethod
+    def rollouts(count: int) -> Queries:
+        """`count` completions: one forward pass each, however many tokens it takes."""
+        return Queries(sequences_generated=count, forward_passes=count)
 
 
 class Run(Protocol):

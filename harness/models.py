@@ -81,6 +81,27 @@ def prepare(model: str, out_dir: Path) -> dict:
     return manifest
 
 
+def skeleton(model: str) -> torch.nn.Module:
+    """The model's modules without its weights (on the meta device), from its config alone: a local
+    directory, the hub, or the embedded GGUF's; for a plan, which needs the model's shape only."""
+    from transformers import AutoConfig
+
+    sources = [lambda: AutoConfig.from_pretrained(model)]
+    if model == EMBEDDED_ID:
+        sources.append(lambda: AutoConfig.from_pretrained(_embedded_gguf().parent, gguf_file=EMBEDDED_FILE))
+    tried = []
+    for source in sources:
+        try:
+            config = source()
+            break
+        except Exception as error:  # offline, unknown id, missing package: say each, then give up
+            tried.append(one_line(error))
+    else:
+        raise NogradError(f"model {model!r}: its config could not be read: " + "; ".join(tried))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

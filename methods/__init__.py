@@ -19,11 +19,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from harness import plugins
-from harness.contract import Artifact, ArtifactKind, Run
+from harness.contract import Artifact, ArtifactKind, Queries, Run
 from harness.errors import NogradError
+
+if TYPE_CHECKING:
+    from evals.tasks.base import Problem
 
 
 @dataclass(frozen=True)
@@ -49,13 +52,17 @@ class Method:
     tiny: dict = field(default_factory=dict)
     """Settings at which it trains in seconds on the tests' tiny model (tests/conftest.py): every
     test that runs each method runs it at these."""
+    queries: Callable[[Any, Sequence[Problem]], Queries] | None = None
+    """What `train` will ask of the model with this config on these training problems, before it
+    runs (`nograd plan`; tests/test_methods.py holds it to the meters); None: not foreseen."""
 
 
 METHODS: dict[str, Method] = {}
 
 
 def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
-             paper: str = "", bibtex: str = "", tiny: dict | None = None) -> Callable:
+             paper: str = "", bibtex: str = "", tiny: dict | None = None,
+             queries: Callable[[Any, Sequence[Problem]], Queries] | None = None) -> Callable:
     """Register a method's train function under `name` with its record (see `Method`)."""
 
     def decorate(train: Callable) -> Callable:
@@ -63,7 +70,7 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
             raise ValueError(f"method {name!r} is registered twice")
         METHODS[name] = Method(name, config, train, display, order,
                                (outputs,) if isinstance(outputs, str) else tuple(outputs), paper, bibtex.strip(),
-                               dict(tiny or {}))
+                               dict(tiny or {}), queries)
         return train
 
     return decorate

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from methods import register
 
 
@@ -11,6 +11,7 @@ class BaseConfig:
     """No settings: the base model is evaluated as loaded."""
 
 
-@register("base", config=BaseConfig, display="Base model", order=0, outputs="model")
+@register("base", config=BaseConfig, display="Base model", order=0, outputs="model",
+          queries=lambda config, train, model: Queries())
 def train(config: BaseConfig, run: Run) -> Artifact:
     return run.base_artifact()

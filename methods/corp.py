@@ -58,6 +58,7 @@ Choices where the harness differs from the code:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Sequence
@@ -65,12 +66,12 @@ from typing import Annotated, Literal, Sequence
 import numpy as np
 
 from harness.config import Positive, Range
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from harness.errors import NogradError
 from harness.fitness import softmax
 from harness.perturb import combine_, trainable
 from methods import register
-from methods.randopt import discover, rewards_at, train_slice
+from methods.randopt import check_slice, discover, rewards_at, train_slice
 
 EPS = 1e-12
 
@@ -388,6 +389,24 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
     return config.patience > 0 and state["rejects"] >= config.patience
 
 
+def queries(config: CoRPConfig, train: Sequence, model) -> Queries:
+    """Greedy rollouts. Stage 0: every member on the support set; Stage 1: each grid point on the
+    probe set, then the centre on the support set; Stage 2, at most `rounds` rounds, each: the
+    local candidates on the select half, every proposal on both halves and, when the gate opens,
+    the line search on the probe set and an accepted centre on the support set. A round may stop
+    Stage 2, find the gate shut or reject: with rounds, the count is a bound."""
+    check_slice(train, 0, config.support_size, "support set")
+    check_slice(train, config.support_size, config.probe_size, "probe set")
+    select = config.support_size // 2
+    proposals = len(config.q_grid) * len(config.beta_grid) * len(set(config.step_factors))
+    grid = len(config.q_grid) * len(config.beta_grid) * len(config.scale_grid)
+    round_ = (config.local_population * select + proposals * config.support_size
+              + len(config.line_search) * config.probe_size + config.support_size)
+    rollouts = (config.population * config.support_size + grid * config.probe_size + config.support_size
+                + config.rounds * round_)
+    return dataclasses.replace(Queries.rollouts(rollouts), bound=config.rounds > 0)
+
+
 BIBTEX = """
 @inproceedings{zhang2026corp,
   author = {Zhang and Yang and Kasneci},
@@ -405,7 +424,7 @@ BIBTEX = """
                 "COLM Efficient Reasoning workshop (arXiv 2605.31494)",
           tiny={"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
                 "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
-                "line_search": [1.0]})
+                "line_search": [1.0]}, queries=queries)
 def train(config: CoRPConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     probe = train_slice(run, config.support_size, config.probe_size, "probe set")

@@ -52,7 +52,7 @@ import torch
 
 from harness import fitness
 from harness.config import Positive, Range
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from harness.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
 from methods import register
 
@@ -156,6 +156,12 @@ def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float], rng:
             "evaluations": len(members) + len(adversarial), **metrics}
 
 
+def queries(config: ESSAMConfig, train: Sequence, model: torch.nn.Module) -> Queries:
+    """Per step every member of the SAM population and of the adversarial one rolls out the batch greedily."""
+    sam_size = config.sam_population_size if isinstance(config, ESSAMFConfig) else config.population_size
+    return Queries.rollouts((sam_size + config.population_size) * min(config.batch_size, len(train))) * config.steps
+
+
 def train(config: ESSAMConfig, run: Run) -> Artifact:
     params = trainable(run.model)
     for _ in run.steps(config.steps):
@@ -178,6 +184,7 @@ BIBTEX = """
 }"""  # noqa: E501
 TINY = {"steps": 1, "batch_size": 2, "population_size": 2}
 register("essam", config=ESSAMConfig, display="ESSAM", order=60, outputs="model", paper=PAPER, bibtex=BIBTEX,
-         tiny=TINY)(train)
+         tiny=TINY, queries=queries)(train)
 register("essam_f", config=ESSAMFConfig, display="ESSAM-F", order=70, outputs="model",
-         paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX, tiny={**TINY, "sam_population_size": 2})(train)
+         paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX, tiny={**TINY, "sam_population_size": 2},
+         queries=queries)(train)

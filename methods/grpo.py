@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Literal
 import torch
 
 from harness.config import Positive, Range
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from harness.errors import NogradError
 from methods import register
 
@@ -298,6 +298,16 @@ def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run:
     return run.save_adapter() if config.lora_rank else run.save_model()
 
 
+def queries(config: GRPOMethodConfig, train, model: torch.nn.Module) -> Queries:
+    """Per step B x G rollouts, each run once more for its log-probabilities in the loss (and once
+    through the reference model when beta > 0), one backward each, recomputed under gradient
+    checkpointing."""
+    rollouts = config.prompts_per_step * config.num_generations
+    return Queries(sequences_generated=rollouts, forward_passes=rollouts * (3 if config.beta else 2),
+                   backward_passes=rollouts,
+                   recompute_passes=rollouts if config.gradient_checkpointing else 0) * config.steps
+
+
 BIBTEX = """
 @misc{shao2024deepseekmath,
   author = {Shao, Zhihong and others},
@@ -315,6 +325,6 @@ TINY = {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_si
 @register("grpo", config=GRPOMethodConfig, display="GRPO", order=20, outputs=("model", "adapter"), bibtex=BIBTEX,
           paper="Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
                 "(arXiv 2402.03300); run with TRL's GRPOTrainer (trl 1.16.0)",
-          tiny=TINY)
+          tiny=TINY, queries=queries)
 def train(config: GRPOMethodConfig, run: Run) -> Artifact:
     return run_trainer(metered_trainer(), config, run)

@@ -27,6 +27,7 @@ shared with it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Sequence
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from evals.tasks.base import Problem
 from harness.config import Positive, Range
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from harness.errors import NogradError
 from harness.fitness import top_k
 from harness.perturb import NoiseMode, perturbed, trainable
@@ -65,11 +66,19 @@ class RandOptConfig:
                              "the N members vote")
 
 
+def check_slice(train: Sequence[Problem], start: int, size: int, what: str, task: str = "the task") -> None:
+    """Training problems [start, start + size) exist, or one line says which setting asks for more."""
+    if start + size > len(train):
+        raise NogradError(f"the {what} needs training problems {start}..{start + size - 1}, but {task} has "
+                          f"{len(train)}; lower it or raise the task's train_size")
+
+
 def train_slice(run: Run, start: int, size: int, what: str) -> list[Problem]:
     """Training problems [start, start + size): a fixed slice, the same for every member."""
-    if start + size > len(run.train):
-        raise NogradError(f"{run.method}: the {what} needs training problems {start}..{start + size - 1}, "
-                          f"but task {run.task.name} has {len(run.train)}; lower it or raise the task's train_size")
+    try:
+        check_slice(run.train, start, size, what, f"task {run.task.name}")
+    except NogradError as error:
+        raise NogradError(f"{run.method}: {error}") from None
     return run.train[start : start + size]
 
 
@@ -104,6 +113,12 @@ def select(rewards: Sequence[float], k: int) -> list[int]:
     return sorted(kept.tolist(), key=lambda i: -rewards[i])
 
 
+def queries(config: RandOptConfig, train: Sequence[Problem], model) -> Queries:
+    """Every member rolls out the support set greedily; the ensemble answers with its top_k members."""
+    check_slice(train, 0, config.support_size, "support set")
+    return dataclasses.replace(Queries.rollouts(config.population * config.support_size), inference_passes=config.top_k)
+
+
 BIBTEX = """
 @inproceedings{gan2026thickets,
   author = {Gan and Isola},
@@ -119,7 +134,7 @@ BIBTEX = """
 @register("randopt", config=RandOptConfig, display="RandOpt", order=80, outputs="ensemble", bibtex=BIBTEX,
           paper="Gan & Isola 2026, Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights, "
                 "ICML (arXiv 2603.12228)",
-          tiny={"population": 3, "top_k": 2, "support_size": 2})
+          tiny={"population": 3, "top_k": 2, "support_size": 2}, queries=queries)
 def train(config: RandOptConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     for step in run.steps(config.population):

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Sequence
 
 import torch
 
 from evals.tasks.base import Problem
 from harness import spaces
 from harness.config import Positive, Range
-from harness.contract import Artifact, Run
+from harness.contract import Artifact, Queries, Run
 from harness.errors import NogradError
 from methods import register
 
@@ -112,6 +112,21 @@ def warm_start(config: SFTConfig, run: Run) -> None:
         run.log(loss=loss.item())
 
 
+def queries(config: SFTConfig, train: Sequence[Problem], model: torch.nn.Module) -> Queries:
+    """Per step a loss forward and backward of a batch of targets. A split without reference
+    solutions is sampled first, self_samples per problem, and how many samples are verified (the
+    targets) is not known before: then the count is a bound."""
+    if config.sft_steps == 0:
+        return Queries()
+    targets = sum(1 for p in train if p.solution)
+    sampled = Queries()
+    if not targets:
+        sampled = dataclasses.replace(Queries.rollouts(len(train) * config.self_samples), bound=True)
+        targets = len(train) * config.self_samples
+    batch = min(config.sft_batch_size, targets)
+    return sampled + Queries(forward_passes=batch, backward_passes=batch) * config.sft_steps
+
+
 ESSA_BIBTEX = """
 @misc{korotyshova2025essa,
   author = {Korotyshova and Shaposhnikov and Malakhov and Khokhulin and Surnachev and Ovcharenko and Bredis and Gorbatovski and Sinii and Gavrilov},
@@ -129,7 +144,7 @@ TINY = {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"
 @register("sft", config=SFTConfig, display="SFT (ESSA's warm start)", order=40, outputs="adapter", bibtex=ESSA_BIBTEX,
           paper="Control, not a paper's method: the LoRA SFT warm start of ESSA alone, without its CMA-ES search "
                 "(Korotyshova et al. 2025, arXiv 2507.04453)",
-          tiny=TINY)
+          tiny=TINY, queries=queries)
 def train(config: SFTConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):

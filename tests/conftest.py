@@ -143,3 +143,13 @@ def killed_at_step(monkeypatch, step: int):
             yield
     finally:
         monkeypatch.setattr(training.Run, "log", log)
+
+
+PLANNED = ("sequences_generated", "forward_passes", "backward_passes", "recompute_passes", "heldout_forward_passes")
+
+
+def assert_as_planned(planned, meters: dict) -> None:
+    """A run spent what `nograd plan` foresaw for it (`Queries`): exactly, or at most where the plan is a bound."""
+    for name in PLANNED:
+        foreseen, spent = getattr(planned, name), meters[name]
+        assert spent <= foreseen if planned.bound else spent == foreseen, f"{name}: {spent} spent, {foreseen} planned"

@@ -16,13 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import killed_at_step
+from conftest import assert_as_planned, killed_at_step
 from evals import evaluate as evaluation
 from harness import meters, models, spaces, training
 from harness.errors import NogradError
 from harness.outputs import read_json
 from methods import METHODS
-from methods.essa import ESSAConfig, generation, new_search
+from methods.essa import ESSAConfig, generation, new_search, queries
 from methods.sft import SFTConfig
 
 
@@ -234,6 +234,21 @@ def test_without_solutions_the_model_own_correct_samples_are_the_targets(essa, m
     assert stages["sft"]["backward_passes"] == 3 * 2, "SFT batches are the 2 accepted samples of problem 0"
     assert len(verified) == stages["sft"]["reward_calls"] == 8 * 2, \
         "each sample verified once, as a metered reward call"
+    config = ESSAConfig(**{**SETTINGS, "self_samples": 2, "generations": 0})
+    planned = queries(config, training.data.read_split(split), None)
+    assert planned.bound, "how many samples are verified is not known before the run"
+    assert_as_planned(planned, read_json(artifact.parent / "metrics.json")["meters"])
+
+
+def test_the_plan_foresees_pycmas_default_population_from_the_models_shape(essa, tiny_model_dir):
+    artifact = essa.train(population_size=None, generations=1, sft_steps=1)
+    meters = read_json(artifact.parent / "metrics.json")["meters"]
+    config = ESSAConfig(**{**SETTINGS, "population_size": None, "generations": 1, "sft_steps": 1})
+    planned = queries(config, training.data.read_split(Path("results/data/gsm8k/train.jsonl")),
+                      models.skeleton(str(tiny_model_dir)))
+    d = 2 * 2 * 2 * 2  # 2 layers x (q, v) x (A, B) x r = 2 singular values
+    assert planned.sequences_generated == 4 + int(3 * np.log(d)), "pycma's default population, 4 + 3 ln d"
+    assert_as_planned(planned, meters)
 
 
 def test_same_seed_same_adapter_also_when_interrupted_and_resumed(essa, monkeypatch):

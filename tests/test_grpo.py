@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import load_file
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from conftest import killed_at_step
+from conftest import assert_as_planned, killed_at_step
 from evals.tasks import get_task
 from harness import artifacts, config, training
 from harness.config import RewardConfig
 from harness.errors import NogradError
 from harness.outputs import read_json
-from methods.grpo import GRPOMethodConfig
+from methods.grpo import GRPOMethodConfig, queries
 
 P, G = 2, 2  # prompts per step, completions per prompt
 ONE_STEP = {"steps": 1, "prompts_per_step": P, "num_generations": G, "micro_batch_size": 2,
@@ -105,6 +105,7 @@ def test_a_kl_penalty_meters_the_reference_passes_full_and_lora(workdir, lora_ra
     assert meters["backward_passes"] == P * G
     assert meters["recompute_passes"] == P * G, "gradient checkpointing: the backward re-ran the loss forward"
     assert meters["forward_equivalents"] == 3 * P * G + P * G + 2 * P * G
+    assert_as_planned(queries(cfg.methods["grpo"], [], None), meters)
     assert "kl" in mlflow.MlflowClient().get_run(read_json(artifact)["run_id"]).data.metrics
     spec = read_json(artifact)
     assert spec["kind"] == ("adapter" if lora_rank else "model")

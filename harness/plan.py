@@ -1,0 +1,122 @@
+"""`nograd plan`: what every training and evaluation job of the DAG will ask of the model, before
+the run, and about how long it will take on one device.
+
+Counts come from each method's `queries` (its record, methods/__init__.py) on the training
+problems its jobs will get (each task's data prepared as the data rule prepares it), and from
+evaluation's own (`evals.evaluate.queries`); tests/test_methods.py holds every method's to the
+meters of a real run. A count that depends on outcomes is its largest, marked "<=". Tokens
+generated are at most max_new_tokens per rollout.
+
+Device-hours = forward-equivalents (forward passes, recomputed forwards and 2 per backward, the
+held-out loss's forwards included) x max_new_tokens positions each / the throughput in tokens per
+second: each sequence counted at the length of a rollout, at the speed a rollout's tokens are
+generated. A loss forward over a long prompt costs more positions but runs them in parallel, so
+this is an order of magnitude to plan with, not a prediction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+from harness import config as configuration
+from harness import data, models
+from harness.contract import Queries
+from harness.errors import NogradError
+from methods import get_method
+
+SAMPLER_BENCHMARK = Path("results/speed/sampler.json")
+"""Where `python -m benchmarks.sampler` writes the tokens per second it measured, the plan's default throughput."""
+COLUMNS = ("job", "method", "task", "jobs", "rollouts", "tokens generated", "forward passes", "backward passes",
+           "device-hours per job", "device-hours")
+
+
+def measured_throughput() -> tuple[float, str] | None:
+    """The nograd sampler's tokens per second from the last sampler benchmark, and what it measured."""
+    if not SAMPLER_BENCHMARK.exists():
+        return None
+    measured = json.loads(SAMPLER_BENCHMARK.read_text())
+    return measured["tokens_per_second"]["nograd sampler"], f"{SAMPLER_BENCHMARK} ({measured['setting']})"
+
+
+def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[list[dict], list[str]]:
+    """One row per (phase, method, task), counts per job; and a line on each task's data."""
+    from evals.evaluate import queries as evaluation_queries
+
+    model = models.skeleton(cfg.model)
+    found, notes = [], []
+    for task in cfg.tasks:
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = data.prepare(configuration.for_run(cfg, task=task), task, Path(tmp))
+            train, test = (data.read_split(Path(tmp) / f"{split}.jsonl") for split in ("train", "test"))
+        notes.append(f"{task}: {len(train):,} training problems from {data.describe(manifest['train'])}, "
+                     f"{len(test):,} test problems from {data.describe(manifest['test'])}")
+        for method in cfg.methods:
+            spec, job = get_method(method), configuration.for_run(cfg, method, task)
+            stops = None
+            try:
+                trained = spec.queries(cfg.methods[method], train, model) if spec.queries else None
+            except NogradError as error:  # what its training job would stop on
+                trained, stops = None, str(error)
+            members = trained.inference_passes if trained else 1
+            for phase, counts, length in (
+                ("train", trained, cfg.training.max_new_tokens),
+                ("evaluate", None if stops else evaluation_queries(job, len(test), members),
+                 cfg.evaluation.max_new_tokens),
+            ):
+                found.append({"job": phase, "method": method, "task": task, "jobs": len(cfg.seeds),
+                              "counts": counts, "length": length, "stops": stops,
+                              "hours": None if counts is None or not tokens_per_second
+                              else _equivalents(counts) * length / tokens_per_second / 3600})
+    return found, notes
+
+
+def _equivalents(counts: Queries) -> int:
+    return (counts.forward_passes + counts.recompute_passes + 2 * counts.backward_passes
+            + counts.heldout_forward_passes)
+
+
+def _number(value: float, bound: bool = False, digits: int = 0) -> str:
+    return ("<= " if bound and value else "") + f"{value:,.{digits}f}"
+
+
+def render(cfg: configuration.Config, tokens_per_second: float | None, source: str) -> str:
+    """The plan as a Markdown table with a total, and what it assumes."""
+    found, notes = rows(cfg, tokens_per_second)
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    total = {"jobs": 0, "hours": 0.0, "counts": Queries(inference_passes=0)}
+    stopping = sorted({f"{row['method']} on {row['task']}: {row['stops']}" for row in found if row["stops"]})
+    for row in found:
+        counts, hours, bound = row["counts"], row["hours"], row["counts"] is not None and row["counts"].bound
+        cells = [row["job"], row["method"], row["task"], str(row["jobs"])]
+        if counts is None:
+            cells += ["would stop" if row["stops"] else "not foreseen"] * 4 + ["-", "-"]
+        else:
+            cells += [_number(counts.sequences_generated, bound),
+                      _number(counts.sequences_generated * row["length"], True),
+                      _number(counts.forward_passes + counts.heldout_forward_passes, bound),
+                      _number(counts.backward_passes, bound)]
+            cells += ["-", "-"] if hours is None else [_number(hours, bound, 2), _number(hours * row["jobs"], bound, 2)]
+            total["counts"] += dataclasses.replace(counts, inference_passes=0) * row["jobs"]
+            total["hours"] += (hours or 0.0) * row["jobs"]
+            total["jobs"] += row["jobs"]
+        lines.append("| " + " | ".join(cells) + " |")
+    counts = total["counts"]
+    lines.append("| " + " | ".join([
+        "**total**", "", "", str(total["jobs"]), _number(counts.sequences_generated, counts.bound), "",
+        _number(counts.forward_passes + counts.heldout_forward_passes, counts.bound),
+        _number(counts.backward_passes, counts.bound), "",
+        _number(total["hours"], counts.bound, 1) if tokens_per_second else "-"]) + " |")
+    said = [f"Plan of {cfg.name}: {cfg.model}, seeds {', '.join(map(str, cfg.seeds))}.", *notes, "", *lines, ""]
+    if tokens_per_second:
+        said.append(f"Device-hours at {tokens_per_second:,.1f} tokens/s ({source}): forward-equivalents (forward "
+                    "passes, recomputed forwards, 2 per backward) x max_new_tokens each / tokens per second; an "
+                    "order of magnitude, see harness/plan.py.")
+    else:
+        said.append("No device-hours: give --tokens-per-second, or run `python -m benchmarks.sampler` on the device.")
+    said += [f"Would stop before training, and is not in the total: {line}" for line in stopping]
+    said.append('"<=": the most the job can spend (it may stop early, or its count depends on outcomes); tokens '
+                "generated are at most max_new_tokens per rollout. Forward passes include held-out loss forwards.")
+    return "\n".join(said) + "\n"

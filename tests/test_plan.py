@@ -1,0 +1,95 @@
+"""`nograd plan`: a row per job kind with the counts each method's `queries` foresees (held to the
+meters of real runs in tests/test_methods.py), a total, and device-hours from the throughput given
+or measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import tiny_config
+from harness import config, plan
+from harness.contract import Queries
+from harness.outputs import write_json
+from methods import METHODS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cells(text: str) -> dict[tuple[str, str, str], list[str]]:
+    """The plan's table rows by (job, method, task)."""
+    rows = [line.strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    return {tuple(c.strip() for c in row[:3]): [c.strip() for c in row[3:]] for row in rows[1:]}
+
+
+def test_the_plan_counts_every_job_and_adds_them_up(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    methods = {"base": {}, "mezo": METHODS["mezo"].tiny, "randopt": METHODS["randopt"].tiny,
+               "corp": METHODS["corp"].tiny}
+    raw = {**tiny_config(tiny_model_dir, **methods), "seeds": [0, 1]}
+    cfg = config.validate(raw)
+    text = plan.render(cfg, 1000.0, "given")
+    table = cells(text)
+    assert len(table) == 2 * len(methods) * len(cfg.tasks) + 1, "a train and an evaluate row per method and task"
+    # MeZO on gsm8k, 8 training problems: 2 held out, batch 2, 3 steps, and the held-out curve at 0 and 3.
+    assert table["train", "mezo", "gsm8k"][:5] == ["2", "0", "0", str(2 * 2 * 3 + 2 * 2), "0"]
+    # RandOpt's vote of top_k = 2 members: each evaluated problem costs two models' answers.
+    samples = cfg.evaluation.samples
+    assert table["evaluate", "randopt", "gsm8k"][1] == str(2 * 2 * (1 + samples))
+    assert table["evaluate", "mezo", "gsm8k"][1] == str(2 * (1 + samples))
+    assert table["train", "corp", "gsm8k"][1].startswith("<= "), "CoRP's Stage 2 may stop early: a bound"
+    total = table["**total**", "", ""]
+    rows = [row for key, row in table.items() if key[0] != "**total**"]
+    assert total[0] == str(sum(int(row[0]) for row in rows)) == str(2 * 2 * len(methods) * len(cfg.tasks))
+    assert total[1] == "<= " + f"{sum(int(row[0]) * int(row[1].removeprefix('<= ')) for row in rows):,}"
+    hours = sum(float(row[-1].removeprefix("<= ")) for row in rows)
+    assert abs(float(total[-1].removeprefix("<= ")) - hours) < 0.05 + 0.005 * len(rows)
+    assert "Device-hours at 1,000.0 tokens/s (given)" in text
+
+
+def test_a_job_that_would_stop_is_named_and_left_out_of_the_total(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = config.validate(tiny_config(tiny_model_dir, mezo=METHODS["mezo"].tiny,
+                                      randopt={**METHODS["randopt"].tiny, "support_size": 5}))
+    text = plan.render(cfg, None, "")
+    table = cells(text)
+    assert table["train", "randopt", "code"][1:5] == ["would stop"] * 4
+    assert table["train", "randopt", "gsm8k"][1] == str(3 * 5), "population x support set"
+    assert ("Would stop before training, and is not in the total: randopt on code: the support set needs training "
+            "problems 0..4, but the task has 4; lower it or raise the task's train_size") in text
+    assert table["**total**", "", ""][0] == str(2 * 2 * 3 - 2)
+
+
+def test_device_hours_are_forward_equivalents_of_a_rollouts_length_at_the_throughput():
+    counts = Queries(sequences_generated=10, forward_passes=30, backward_passes=10, recompute_passes=10,
+                     heldout_forward_passes=5)
+    assert plan._equivalents(counts) == 30 + 10 + 2 * 10 + 5
+
+
+def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp_path, tiny_model_dir):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tiny_model_dir)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness.cli", "plan", "--configfile", "config.yaml", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    plain = run()
+    assert plain.returncode == 0, plain.stderr
+    assert "No device-hours: give --tokens-per-second" in plain.stdout
+    write_json(tmp_path / plan.SAMPLER_BENCHMARK, {"setting": "64 samples on a test machine",
+                                                   "tokens_per_second": {"nograd sampler": 250.0}})
+    measured = run()
+    assert "Device-hours at 250.0 tokens/s (results/speed/sampler.json (64 samples on a test machine))" \
+        in measured.stdout
+    assert cells(measured.stdout).keys() == cells(plain.stdout).keys()
+    refused = run("--tokens-per-second", "0")
+    assert refused.returncode == 2 and refused.stderr.strip() == \
+        "nograd plan: error: --tokens-per-second must be positive, not 0.0"
+    assert not (tmp_path / "results" / "data").exists(), "the plan prepares data outside the DAG's outputs"
+    assert json.loads((tmp_path / plan.SAMPLER_BENCHMARK).read_text())["tokens_per_second"]["nograd sampler"] == 250.0
