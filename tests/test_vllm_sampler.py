@@ -52,7 +52,7 @@ class FakeLLM:
         for k, (prompt, request) in enumerate(zip(prompts, sampling_params)):
             model = self.model if lora_request is None else self._with_adapter(lora_request[k])
             params = SamplingParams(n=request.n, temperature=request.temperature, top_p=request.top_p,
-                                    max_new_tokens=request.max_tokens, seed=request.seed or 0)
+                                    max_new_tokens=request.max_tokens, seed=(request.seed or 0) % 2**31)
             [row] = sample(model, self.tokenizer, [prompt], params)
             outputs.append(types.SimpleNamespace(
                 prompt_token_ids=self.tokenizer(prompt)["input_ids"],
