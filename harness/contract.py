@@ -65,7 +65,7 @@ class Artifact(_ArtifactKeys, total=False):
 @dataclass(frozen=True)
 class Queries:
     """What a training run asks of the model, in the units the harness's meters count it
-    (harness/meters.py), as a method's `queries(config, train)` predicts it before the run for
+    (harness/meters.py), as a method's `queries(config, train, model)` predicts it before the run for
     `nograd plan`: what the algorithm box says each step costs, times its steps. A count that
     depends on outcomes (a stage that may stop early, a gate that may not open) is its largest
     (`bound`). Perturbed members skipped as non-finite, which cost nothing, are not foreseen."""

@@ -26,6 +26,8 @@ from harness.contract import Artifact, ArtifactKind, Queries, Run
 from harness.errors import NogradError
 
 if TYPE_CHECKING:
+    import torch
+
     from evals.tasks.base import Problem
 
 
@@ -52,9 +54,11 @@ class Method:
     tiny: dict = field(default_factory=dict)
     """Settings at which it trains in seconds on the tests' tiny model (tests/conftest.py): every
     test that runs each method runs it at these."""
-    queries: Callable[[Any, Sequence[Problem]], Queries] | None = None
-    """What `train` will ask of the model with this config on these training problems, before it
-    runs (`nograd plan`; tests/test_methods.py holds it to the meters); None: not foreseen."""
+    queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None
+    """queries(config, train, model): what `train` will ask of the model with this config on these
+    training problems, before it runs (`nograd plan`; `model` has the model's modules, perhaps on
+    the meta device, for a cost that depends on its shape); tests/test_methods.py holds it to the
+    meters. None: not foreseen."""
 
 
 METHODS: dict[str, Method] = {}
@@ -62,7 +66,7 @@ METHODS: dict[str, Method] = {}
 
 def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
              paper: str = "", bibtex: str = "", tiny: dict | None = None,
-             queries: Callable[[Any, Sequence[Problem]], Queries] | None = None) -> Callable:
+             queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None) -> Callable:
     """Register a method's train function under `name` with its record (see `Method`)."""
 
     def decorate(train: Callable) -> Callable:
