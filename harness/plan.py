@@ -1,5 +1,5 @@
-"""`nograd plan`: what every training and evaluation job of the DAG will ask of the model, before
-the run, and about how long it will take on one device.
+"""`nograd plan`: what every training, evaluation and cross-check job of the DAG will ask of the
+model, before the run, and about how long it will take on one device.
 
 Counts come from each method's `queries` (its record, methods/__init__.py) on the training
 problems its jobs will get (each task's data prepared as the data rule prepares it), and from
@@ -42,8 +42,9 @@ def measured_throughput() -> tuple[float, str] | None:
 
 
 def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[list[dict], list[str]]:
-    """One row per (phase, method, task), counts per job; and a line on each task's data."""
+    """One row per (job kind, method, task), counts per job; and a line on each task's data."""
     from evals.evaluate import queries as evaluation_queries
+    from evals.tasks import get_task
 
     model = models.skeleton(cfg.model)
     found, notes = [], []
@@ -61,11 +62,14 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
             except NogradError as error:  # what its training job would stop on
                 trained, stops = None, str(error)
             members = trained.inference_passes if trained else 1
-            for phase, counts, length in (
-                ("train", trained, cfg.training.max_new_tokens),
-                ("evaluate", None if stops else evaluation_queries(job, len(test), members),
-                 cfg.evaluation.max_new_tokens),
-            ):
+            jobs = [("train", trained, cfg.training.max_new_tokens),
+                    ("evaluate", None if stops else evaluation_queries(job, len(test), members),
+                     cfg.evaluation.max_new_tokens)]
+            if cfg.evaluation.crosscheck and get_task(task).crosscheck and members == 1 and not stops:
+                # lm-eval's greedy answer to each cross-checked problem (an ensemble's is not applicable)
+                checked = min(len(test), cfg.evaluation.crosscheck_size or len(test))
+                jobs.append(("crosscheck", Queries.rollouts(checked), cfg.evaluation.max_new_tokens))
+            for phase, counts, length in jobs:
                 found.append({"job": phase, "method": method, "task": task, "jobs": len(cfg.seeds),
                               "counts": counts, "length": length, "stops": stops,
                               "hours": None if counts is None or not tokens_per_second

@@ -65,6 +65,16 @@ def test_a_job_that_would_stop_is_named_and_left_out_of_the_total(tmp_path, tiny
     assert table["**total**", "", ""][0] == str(2 * 2 * 3 - 2)
 
 
+def test_cross_checked_tasks_add_lm_evals_greedy_answers_of_single_models(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    raw = tiny_config(tiny_model_dir, mezo=METHODS["mezo"].tiny, randopt=METHODS["randopt"].tiny)
+    raw["evaluation"].update(crosscheck=True, crosscheck_size=1)
+    table = cells(plan.render(config.validate(raw), None, ""))
+    checked = {(method, task) for job, method, task in table if job == "crosscheck"}
+    assert checked == {("mezo", task) for task in ("gsm8k", "math")}, "no vote of an ensemble, no code task"
+    assert table["crosscheck", "mezo", "gsm8k"][1] == "1"
+
+
 def test_device_hours_are_forward_equivalents_of_a_rollouts_length_at_the_throughput():
     counts = Queries(sequences_generated=10, forward_passes=30, backward_passes=10, recompute_passes=10,
                      heldout_forward_passes=5)
