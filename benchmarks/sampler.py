@@ -1,5 +1,6 @@
 """Sampler speed: n samples of one GSM8K prompt, `model.generate` vs nograd's sampler vs the
-forward-pass ceiling, side by side in one process on the embedded model.
+forward-pass ceiling, side by side in one process on the embedded model, and vLLM's CPU build on
+the same prompt, settings and threads in its own environment, where .venv-vllm exists (`make vllm`).
 
 The ceiling is the model's own rate for the same shape: decode-step forward passes at batch n
 with the key/value cache in place, without sampling and without retiring finished rows.
@@ -11,11 +12,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
 
 import torch
 
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from evals.sampler import SamplingParams, new_cache, sample, stop_ids
+from harness import models
+from harness.config import REPO, load
 from harness.outputs import write_json
 from harness.plan import SAMPLER_BENCHMARK
 
@@ -70,6 +77,20 @@ def main() -> None:
         seconds, tokens = median_seconds(run, args.repeats, warm_up)
         rates[name] = tokens / seconds
         rows.append([name, f"{tokens}", f"{seconds:.1f}", f"{rates[name]:.1f}"])
+    vllm = REPO / ".venv-vllm" / "bin" / "python"
+    if vllm.exists():
+        model_dir = models.prepare(load(REPO / "config" / "config.yaml").model, Path("results/model"))["path"]
+        threads = torch.get_num_threads()
+        peer = subprocess.run(
+            [str(vllm), "-m", "benchmarks.vllm_peer", "--model", model_dir, "--prompt", prompt, "--samples", str(n),
+             "--new-tokens", str(new), "--temperature", str(args.temperature), "--top-p", str(args.top_p),
+             "--repeats", str(args.repeats)],
+            capture_output=True, text=True, cwd=REPO, check=True,
+            env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_NO_USAGE_STATS": "1"})
+        measured = json.loads(peer.stdout.strip().splitlines()[-1])
+        name = "vLLM-cpu 0.32, compiled (its own process)"
+        rates[name] = measured["tokens"] / measured["seconds"]
+        rows.append([name, f"{measured['tokens']}", f"{measured['seconds']:.1f}", f"{rates[name]:.1f}"])
     for row in rows:
         row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x",
                 f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]

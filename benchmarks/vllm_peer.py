@@ -1,0 +1,50 @@
+"""vLLM's CPU build as the sampler benchmark's peer: the same prompt, samples, length, temperature,
+top-p and threads, timed in vLLM's own environment (.venv-vllm, `make vllm`), which
+`benchmarks.sampler` starts as a subprocess and reads the last line of.
+
+    .venv-vllm/bin/python -m benchmarks.vllm_peer --model DIR --prompt TEXT [--samples 64] ...
+
+Prints one JSON line: tokens generated and the median seconds of `--repeats` timed calls, after an
+untimed warm-up of 8 tokens (vLLM compiles its graphs on first use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from vllm import LLM, SamplingParams
+
+    # On the CPU, gpu_memory_utilization is the share of free host memory it reserves.
+    llm = LLM(model=args.model, dtype="float32", seed=0, max_model_len=1024, gpu_memory_utilization=0.25)
+
+    def run(new_tokens: int) -> int:
+        params = SamplingParams(n=args.samples, temperature=args.temperature, top_p=args.top_p, max_tokens=new_tokens)
+        [output] = llm.generate([args.prompt], params, use_tqdm=False)
+        return sum(len(out.token_ids) for out in output.outputs)
+
+    run(8)
+    times, tokens = [], 0
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        tokens = run(args.new_tokens)
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"tokens": tokens, "seconds": statistics.median(times)}))
+
+
+if __name__ == "__main__":  # vLLM starts its engine in a process of its own
+    main()
