@@ -176,8 +176,8 @@ rule crosscheck:
         "results/benchmarks/crosscheck/{method}/{task}/seed{seed}.tsv"
     shell:
         "{NOGRAD} crosscheck --config-json {params.config:q} --method {wildcards.method} --task {wildcards.task} "
-        "--seed {wildcards.seed} --gpus {resources.gpu} --artifact {input.artifact} --data {params.data} --out {output} "
-        "2>&1 | tee {log}"
+        "--seed {wildcards.seed} --gpus {resources.gpu} --artifact {input.artifact} --data {params.data} "
+        "--out {output} 2>&1 | tee {log}"
 
 
 rule collect:

@@ -87,7 +87,8 @@ def main() -> None:
              "--repeats", str(args.repeats)],
             capture_output=True, text=True, cwd=REPO, check=True,
             env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_NO_USAGE_STATS": "1"})
-        measured = json.loads(peer.stdout.strip().splitlines()[-1])
+        [measured] = [json.loads(line.removeprefix("RESULT ")) for line in peer.stdout.splitlines()
+                      if line.startswith("RESULT ")]
         name = "vLLM-cpu 0.32, compiled (its own process)"
         rates[name] = measured["tokens"] / measured["seconds"]
         rows.append([name, f"{measured['tokens']}", f"{measured['seconds']:.1f}", f"{rates[name]:.1f}"])

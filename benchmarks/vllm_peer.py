@@ -4,8 +4,9 @@ top-p and threads, timed in vLLM's own environment (.venv-vllm, `make vllm`), wh
 
     .venv-vllm/bin/python -m benchmarks.vllm_peer --model DIR --prompt TEXT [--samples 64] ...
 
-Prints one JSON line: tokens generated and the median seconds of `--repeats` timed calls, after an
-untimed warm-up of 8 tokens (vLLM compiles its graphs on first use).
+Prints one line, `RESULT` and JSON: tokens generated and the median seconds of `--repeats` timed
+calls, after an untimed warm-up of 8 tokens (vLLM compiles its graphs on first use). vLLM logs to
+the same output as it shuts down, so the line is found by its prefix.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main() -> None:
         start = time.perf_counter()
         tokens = run(args.new_tokens)
         times.append(time.perf_counter() - start)
-    print(json.dumps({"tokens": tokens, "seconds": statistics.median(times)}))
+    print("RESULT " + json.dumps({"tokens": tokens, "seconds": statistics.median(times)}), flush=True)
 
 
 if __name__ == "__main__":  # vLLM starts its engine in a process of its own

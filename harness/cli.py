@@ -131,7 +131,7 @@ def parser() -> argparse.ArgumentParser:
             configfile=dict(type=Path, default=configuration.REPO / "config" / "config.yaml",
                             help="the config the DAG would run (default: config/config.yaml)"),
             **{"tokens-per-second": dict(type=float, help="generated tokens per second on one device (default: "
-                                         f"what benchmarks.sampler measured, in {'results/speed/sampler.json'})")})
+                                         "what benchmarks.sampler measured, in results/speed/sampler.json)")})
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
     command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
     command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)
