@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import sampling_arguments
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from evals.sampler import SamplingParams, new_cache, sample, stop_ids
 from harness import models
@@ -29,11 +30,7 @@ from harness.plan import SAMPLER_BENCHMARK
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--repeats", type=int, default=3)
+    sampling_arguments(parser)
     args = parser.parse_args()
 
     model, tokenizer = embedded_model()

@@ -16,16 +16,14 @@ import json
 import statistics
 import time
 
+from benchmarks import sampling_arguments
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--prompt", required=True)
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--repeats", type=int, default=3)
+    sampling_arguments(parser)
     args = parser.parse_args()
 
     from vllm import LLM, SamplingParams
