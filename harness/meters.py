@@ -72,6 +72,11 @@ HELD_OUT = ("forward_passes", "tokens_processed")
 """The counters a held-out loss forward adds to; `heldout` moves its share to `heldout_<name>`."""
 
 
+def forward_equivalents(forward_passes: float, recompute_passes: float, backward_passes: float) -> float:
+    """A run's queries in forward passes: a backward costs about two, and a recomputed forward one."""
+    return forward_passes + recompute_passes + 2 * backward_passes
+
+
 class Meters:
     def __init__(self) -> None:
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -191,7 +196,8 @@ class Meters:
         return {
             **self.counts,
             "recompute_passes": recompute,
-            "forward_equivalents": self.counts["forward_passes"] + recompute + 2 * self.counts["backward_passes"],
+            "forward_equivalents": forward_equivalents(self.counts["forward_passes"], recompute,
+                                                       self.counts["backward_passes"]),
             **phases,
             "time_update_s": max(total - sum(phases.values()), 0.0),
             "wall_clock_s": total,

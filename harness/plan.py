@@ -16,13 +16,12 @@ this is an order of magnitude to plan with, not a prediction.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 from pathlib import Path
 
 from harness import config as configuration
-from harness import data, models
+from harness import data, meters, models
 from harness.contract import Queries
 from harness.errors import NogradError
 from methods import get_method
@@ -78,7 +77,8 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
 
 
 def _equivalents(counts: Queries) -> int:
-    return (counts.forward_passes + counts.recompute_passes + 2 * counts.backward_passes
+    """The meters' forward-equivalents, and the held-out loss's forwards, which take device time too."""
+    return (meters.forward_equivalents(counts.forward_passes, counts.recompute_passes, counts.backward_passes)
             + counts.heldout_forward_passes)
 
 
@@ -90,7 +90,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     """The plan as a Markdown table with a total, and what it assumes."""
     found, notes = rows(cfg, tokens_per_second)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    total = {"jobs": 0, "hours": 0.0, "counts": Queries(inference_passes=0)}
+    total = {"jobs": 0, "hours": 0.0, "counts": Queries()}
     stopping = sorted({f"{row['method']} on {row['task']}: {row['stops']}" for row in found if row["stops"]})
     for row in found:
         counts, hours, bound = row["counts"], row["hours"], row["counts"] is not None and row["counts"].bound
@@ -103,7 +103,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
                       _number(counts.forward_passes + counts.heldout_forward_passes, bound),
                       _number(counts.backward_passes, bound)]
             cells += ["-", "-"] if hours is None else [_number(hours, bound, 2), _number(hours * row["jobs"], bound, 2)]
-            total["counts"] += dataclasses.replace(counts, inference_passes=0) * row["jobs"]
+            total["counts"] += counts * row["jobs"]
             total["hours"] += (hours or 0.0) * row["jobs"]
             total["jobs"] += row["jobs"]
         lines.append("| " + " | ".join(cells) + " |")

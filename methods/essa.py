@@ -129,9 +129,12 @@ def queries(config: ESSAConfig, train: list[Problem], model: torch.nn.Module) ->
     population = config.population_size
     if population is None:
         import cma
+        from peft import LoraConfig
+        from peft.tuners.tuners_utils import check_target_module_exists
 
+        lora = LoraConfig(r=config.lora_rank, target_modules=config.target_modules)  # matched as peft matches
         layers = sum(1 for name, module in model.named_modules()
-                     if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in config.target_modules)
+                     if isinstance(module, torch.nn.Linear) and check_target_module_exists(lora, name))
         vectors = layers * (2 if config.decompose == "each" else 1)
         dimension = vectors * max(1, math.ceil(config.fraction * config.lora_rank))
         population = cma.CMAEvolutionStrategy(np.zeros(dimension), 1.0, {"verbose": -9}).popsize
