@@ -16,6 +16,7 @@ Greedy decoding gives `generate`'s tokens, and sampling uses `generate`'s own lo
 
 from __future__ import annotations
 
+import inspect
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
 
 from harness import meters
+from harness.errors import NogradError
 
 NUCLEUS_CANDIDATES = 256
 """Top-p looks for the nucleus among this many most likely tokens first, and sorts the whole
@@ -124,6 +126,20 @@ def new_cache(model, capacity: int) -> Cache:
     return DynamicCache(config=config)
 
 
+def cache_argument(model) -> str:
+    """The name under which the model's forward takes its key/value cache: `cache` in the
+    transformers the suite pins (5.24), `past_key_values` in earlier 5.x (5.19, which vLLM 0.32
+    pins). Passed under the other name, the cache would land unread in the forward's **kwargs and
+    every step would decode without its context: wrong completions, silently."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    taken = inspect.signature(base.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in taken:
+            return name
+    raise NogradError(f"{type(base).__name__}.forward takes no key/value cache (neither `cache` nor "
+                      "`past_key_values`): nograd's sampler cannot decode with this model")
+
+
 def stop_ids(model, tokenizer) -> set[int]:
     """The tokens that end a completion: the generation config's end-of-sequence ids (what
     `generate` stops on) and the tokenizer's."""
@@ -192,8 +208,9 @@ def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, ada
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     padded = not bool(prompt_mask.all())
     extra = {} if adapters is None else {"adapter_names": adapters}
+    cached = {cache_argument(model): cache}
     logits = model(input_ids=prompt_ids, attention_mask=prompt_mask if padded else None, position_ids=positions,
-                   cache=cache, use_cache=True, logits_to_keep=1, **extra).logits[:, -1]
+                   use_cache=True, logits_to_keep=1, **cached, **extra).logits[:, -1]
     meters.of(model).count("forward_passes", len(owners) - len(prompt_ids))  # the shared prefills' other rows
     rows = torch.tensor(owners, device=prompt_ids.device)
     cache.batch_select_indices(rows)
@@ -228,7 +245,7 @@ def _decode(model, prompt_ids, prompt_mask, owners, params, stop, generator, ada
         position = position + 1
         length = width + step + 1
         logits = model(input_ids=tokens[:, None], attention_mask=mask[:, :length] if padded else None,
-                       position_ids=position[:, None], cache=cache, use_cache=True, **extra).logits[:, -1]
+                       position_ids=position[:, None], use_cache=True, **cached, **extra).logits[:, -1]
     return outputs
 
 

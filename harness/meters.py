@@ -122,7 +122,7 @@ class Meters:
             tokens = kwargs["inputs_embeds"]
         batch, length = tokens.shape[:2]
         self.count("tokens_processed", batch * length)
-        # transformers >= 5.2 passes the key/value cache as `cache`, earlier versions as `past_key_values`.
+        # transformers 5.24 passes the key/value cache as `cache`, 5.19 (vLLM 0.32's pin) as `past_key_values`.
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         if cache is None or cache.get_seq_length() == 0:
             self.count("forward_passes", batch)
