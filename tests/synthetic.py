@@ -1,14 +1,52 @@
-"""A stand-in for `harness.training.Run` whose reward is known in closed form, for testing
-population methods (RandOpt, CoRP) without a language model."""
+"""Rewards known in closed form: `SyntheticRun`, a stand-in for `harness.training.Run` for testing
+population methods (RandOpt, CoRP) without a language model, and `Target`, a task the tiny
+random model can learn and whose reward tells one completion from another."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
+from evals.tasks import Problem, Task
+from harness.outputs import write_json
 from harness.training import Run
+
+SOLUTION = "a" * 12  # 'a' is 97: every character odd
+
+
+class Target(Task):
+    """The share of a completion's characters whose code point is odd. The tiny random model
+    greedily writes newlines (code point 10), so the base model scores 0, while any change of its
+    argmax is a coin flip per character: a reward that moves with every completion."""
+
+    name = "target"
+
+    def user_message(self, problem: Problem) -> str:
+        return problem.question
+
+    def extract(self, completion: str) -> str | None:
+        return completion or None
+
+    def is_correct(self, problem: Problem, completion: str) -> float:
+        return sum(ord(c) % 2 for c in completion) / len(completion) if completion else 0.0
+
+    def has_format(self, completion: str) -> bool:
+        return False
+
+
+def write_target_data(data_dir: Path, train: int = 16, test: int = 4) -> Path:
+    """`Target`'s splits and manifest in `data_dir`, as `nograd prepare-data` writes a task's."""
+    data_dir.mkdir(parents=True)
+    for split, count in (("train", train), ("test", test)):
+        problems = [Problem(id=f"target/{split}/{i}", question=f"Write the letter {i}.", answer="", solution=SOLUTION)
+                    for i in range(count)]
+        (data_dir / f"{split}.jsonl").write_text("".join(p.to_json() + "\n" for p in problems))
+    source = {"kind": "local", "name": "synthetic", "version": "", "note": "", "size": 0, "hash": ""}
+    write_json(data_dir / "manifest.json", {"task": "target", "train": source, "test": source})
+    return data_dir
 
 
 class SyntheticRun:

@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from evals import evaluate as evaluation
-from evals.tasks import TASKS, Problem, Task
+from evals.tasks import TASKS
 from harness import config, models, tracking, training
 from harness.outputs import write_json
 from methods import METHODS
+from synthetic import Target, write_target_data
 
-SOLUTION = "a" * 12  # 'a' is 97: every character odd
 SFT = {"lora_rank": 4, "lora_alpha": 8.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 20,
        "sft_batch_size": 4, "sft_lr": 1e-2}
 ZO = {"steps": 60, "batch_size": 4, "lr": 1e-2, "eps": 1e-3, "eval_every": 30, "heldout_size": 4}
@@ -49,27 +49,6 @@ A method registered without a budget here runs with its embedded-default setting
 (config/config.yaml), so it is covered, and its failure says where to give it one."""
 
 
-class Target(Task):
-    name = "target"
-
-    def user_message(self, problem: Problem) -> str:
-        return problem.question
-
-    def extract(self, completion: str) -> str | None:
-        return completion or None
-
-    def is_correct(self, problem: Problem, completion: str) -> float:
-        return sum(ord(c) % 2 for c in completion) / len(completion) if completion else 0.0
-
-    def has_format(self, completion: str) -> bool:
-        return False
-
-
-def problems(split: str, count: int) -> list[Problem]:
-    return [Problem(id=f"target/{split}/{i}", question=f"Write the letter {i}.", answer="", solution=SOLUTION)
-            for i in range(count)]
-
-
 def embedded_settings(method: str) -> dict:
     with open(config.REPO / "config" / "config.yaml") as fh:
         return yaml.safe_load(fh)["methods"].get(method) or {}
@@ -80,12 +59,7 @@ def learning(tmp_path, monkeypatch, tiny_model_dir):
     """run(method, settings) trains on `Target` and returns the evaluated greedy reward."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(TASKS, "target", Target())
-    data_dir = Path("results/data/target")
-    data_dir.mkdir(parents=True)
-    for split, count in (("train", 16), ("test", 4)):
-        (data_dir / f"{split}.jsonl").write_text("".join(p.to_json() + "\n" for p in problems(split, count)))
-    source = {"kind": "local", "name": "synthetic", "version": "", "note": "", "size": 0, "hash": ""}
-    write_json(data_dir / "manifest.json", {"task": "target", "train": source, "test": source})
+    data_dir = write_target_data(Path("results/data/target"))
     models.prepare(str(tiny_model_dir), Path("results/model"))
     base_cfg = config.Config(
         name="learning", model=str(tiny_model_dir), seeds=[0], tasks={"target": config.TaskConfig()},
