@@ -13,11 +13,21 @@ meters the same quantities, so a result means the same whichever backend produce
   greedy ones were the same on the tests' tiny model, tests/test_vllm_engine.py);
 - a LoRA population is one `generate` call with one LoRA request per prompt. vLLM keeps
   adapters by id, so every adapter written to disk gets an id never used before.
+- a full-weight population (ESSAM, ESSAM-F, RandOpt, CoRP; MeZO and SAZO with `objective:
+  reward`) rolls out on an engine that mirrors the training process's weights (`weights=`): its
+  worker (`MirroredWeights`) keeps fp32 masters of the tensors the method moves and is told each
+  move as the (seed, coefficient) terms harness/perturb.py applies, regenerating the same noise
+  with the same code (`perturb.combination`) on its own device. A member is served as the cast
+  of master + offset and then the cast of the master again, so the engine's weights return bit
+  for bit; a lasting move adds to the masters. Updates travel as seeds, never as weights.
+  Prefix caching is off there: KV cached under one member would answer for the next.
 vLLM serves weights from a directory: a model artifact's path, or a directory the artifact is
 written to once (an adapter merged into its base, a seed-list member rebuilt) in the work
-directory, removed when that member's engine is closed. Methods that
-perturb the full weights in memory (MeZO, SAZO, ESSAM, RandOpt, CoRP) roll out with the torch
-sampler under either setting; GRPO and F-GRPO hand generation to TRL's own vLLM integration.
+directory, removed when that member's engine is closed. GRPO and F-GRPO hand generation to
+TRL's own vLLM integration. MeZO's and SAZO's default objective, the loss of the reference
+solution, stays a torch forward pass: through vLLM it would be a prompt-log-probability
+request per member, the same prefill, after a reload of every weight for each of the two
+members a step scores, so nothing is saved.
 Memory: vLLM reserves `vllm_gpu_memory` of the GPU for its engine; the peak-memory meter reads
 torch's allocator and does not include that reservation.
 """
@@ -25,13 +35,16 @@ torch's allocator and does not include that reservation.
 from __future__ import annotations
 
 import gc
+import hashlib
 import itertools
+import json
 import shutil
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from evals.sampler import Completion, SamplingParams
 from harness import meters
+from harness.perturb import NoiseMode, combination
 
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM accepts for `max_lora_rank`; an adapter's rank is rounded up to one of them."""
@@ -39,18 +52,38 @@ LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 class VllmSampler:
     """One vLLM engine serving the model in `model_dir`, optionally with LoRA adapters of rank up to
-    `lora_rank`, `max_loras` of them in one batch."""
+    `lora_rank`, `max_loras` of them in one batch; or, given `weights` (a file from `save_centre`),
+    serving those weights and following every move made to them (a mirror of `perturb.Weights`)."""
 
     def __init__(self, model_dir: str | Path, dtype: str, gpu_memory: float, lora_rank: int = 0,
-                 max_loras: int = 1) -> None:
+                 max_loras: int = 1, weights: Path | None = None) -> None:
         from vllm import LLM  # installed: config validation checks it
 
-        lora = {}
+        extra = {}
         if lora_rank:
-            lora = dict(enable_lora=True, max_loras=max_loras,
-                        max_lora_rank=next(r for r in LORA_RANKS if r >= lora_rank))
-        self.llm = LLM(model=str(model_dir), dtype=dtype, seed=0, gpu_memory_utilization=gpu_memory, **lora)
+            extra = dict(enable_lora=True, max_loras=max_loras,
+                         max_lora_rank=next(r for r in LORA_RANKS if r >= lora_rank))
+        if weights is not None:
+            extra = dict(worker_extension_cls=f"{__name__}.MirroredWeights", enable_prefix_caching=False)
+        self.llm = LLM(model=str(model_dir), dtype=dtype, seed=0, gpu_memory_utilization=gpu_memory, **extra)
         self._ids = itertools.count(1)
+        self.tokenizer = self.llm.get_tokenizer()
+        if weights is not None:
+            self.llm.collective_rpc("nograd_load", args=(str(weights),))
+
+    # A mirror's moves (harness/perturb.py calls them): the worker applies each from its seeds.
+    def perturb(self, terms: list[tuple[int, float]], mode: NoiseMode) -> None:
+        self.llm.collective_rpc("nograd_serve", args=(list(terms), mode))
+
+    def restore(self) -> None:
+        self.llm.collective_rpc("nograd_serve", args=([], "iid"))
+
+    def combine(self, terms: list[tuple[int, float]], mode: NoiseMode) -> None:
+        self.llm.collective_rpc("nograd_combine", args=(list(terms), mode))
+
+    def digest(self) -> str:
+        """A hash of the tensors the engine's model holds, as it computes with them (see `nograd_digest`)."""
+        return self.llm.collective_rpc("nograd_digest")[0]
 
     def adapter(self, path: str | Path):
         """A LoRA request for the adapter saved at `path`, under a fresh id."""
@@ -69,14 +102,15 @@ class VllmSampler:
         for i in range(len(prompts)):
             greedy = 1 if params.greedy_first else params.n if params.temperature == 0 else 0
             if greedy:
-                requests.append((i, Request(n=1, temperature=0.0, max_tokens=params.max_new_tokens), greedy))
+                requests.append((i, Request(n=1, temperature=0.0, max_tokens=params.max_new_tokens,
+                                            detokenize=False), greedy))
             if params.n > greedy:
                 # vLLM seeds the k-th completion of a request with seed + k, so prompt i's request
                 # starts i x its completions after the call's base: no two completions of a call
                 # share a random stream; calls of different seeds start 2^32 apart.
                 samples = params.n - greedy
                 requests.append((i, Request(n=samples, temperature=params.temperature, top_p=params.top_p,
-                                            max_tokens=params.max_new_tokens,
+                                            max_tokens=params.max_new_tokens, detokenize=False,
                                             seed=((params.seed % 2**31) << 32) + i * samples), 1))
         with meter.phase("generate"):
             outputs = self.llm.generate([prompts[i] for i, _, _ in requests], [r for _, r, _ in requests],
@@ -87,7 +121,10 @@ class VllmSampler:
         for (i, _, copies), output in zip(requests, outputs):
             for out in output.outputs:
                 ids = list(out.token_ids)
-                rows[i] += [Completion(out.text, len(ids), out.finish_reason == "stop")] * copies
+                # Decoded as the torch sampler decodes, not by vLLM's incremental detokenizer, which
+                # holds back a trailing incomplete character: the same tokens give the same text.
+                text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+                rows[i] += [Completion(text, len(ids), out.finish_reason == "stop")] * copies
                 generated += [ids] * copies
             # As the torch sampler's hooks count: each sequence is one forward pass, and the
             # prompt is computed once however many sequences continue it.
@@ -105,6 +142,78 @@ class VllmSampler:
 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def save_centre(weights, names: Sequence[str], path: Path) -> Path:
+    """Write `weights.centre()` (fp32, by parameter name) to `path` for a mirroring engine to start from."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({name: tensor.contiguous() for name, tensor in zip(names, weights.centre())}, str(path),
+              metadata={"order": json.dumps(list(names))})
+    return path
+
+
+class MirroredWeights:
+    """vLLM worker extension (`worker_extension_cls`), called through `LLM.collective_rpc`: fp32
+    masters of the tensors a full-weight method moves, by name, in `perturb.trainable` order, and
+    the engine's weights set from them with vLLM's own in-place reload.
+
+    vLLM's reload loads each checkpoint name into a fresh tensor and puts a layer that received
+    none (a tied LM head, which the checkpoint does not name) back as it was: the head would keep
+    the first weights while the embedding moved. So the layers that shared a weight at the start
+    are tied again after every reload, and reprocessed as vLLM processes a loaded layer (on the
+    CPU that repacks the head's GEMM)."""
+
+    def nograd_load(self, path: str) -> None:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt", device=str(self.model_runner.device)) as fh:
+            self.nograd_masters = [(name, fh.get_tensor(name)) for name in json.loads(fh.metadata()["order"])]
+        holders: dict[int, list] = {}
+        for prefix, module in self.model_runner.get_model().named_modules():
+            for name, param in module._parameters.items():
+                if param is not None:
+                    holders.setdefault(id(param), []).append((f"{prefix}.{name}", module, name))
+        loaded = {name for name, _ in self.nograd_masters}
+        self.nograd_ties = []  # (module, attribute, the module and attribute it shares a weight with)
+        for group in holders.values():
+            for source in [h for h in group if h[0] in loaded][:1]:
+                self.nograd_ties += [(m, n, source[1], source[2]) for full, m, n in group if full != source[0]]
+        self.nograd_serve([], "iid")
+
+    def nograd_serve(self, terms: list[tuple[int, float]], mode: NoiseMode) -> None:
+        """Serve the cast of master + sum_j coef_j noise(seed_j), or of the masters alone."""
+        dtype = self.model_runner.model_config.dtype
+
+        def tensors():
+            for index, (name, master) in enumerate(self.nograd_masters):
+                yield name, (master + combination(master, index, terms, mode) if terms else master).to(dtype)
+
+        self.model_runner.reload_weights(weights_iterator=tensors())
+        for module, name, source, source_name in self.nograd_ties:
+            setattr(module, name, getattr(source, source_name))
+            module.quant_method.process_weights_after_loading(module)
+
+    def nograd_combine(self, terms: list[tuple[int, float]], mode: NoiseMode) -> None:
+        for index, (_, master) in enumerate(self.nograd_masters):
+            master.add_(combination(master, index, terms, mode))
+        self.nograd_serve([], mode)
+
+    def nograd_digest(self) -> str:
+        """A hash of every tensor the model holds (not the KV cache). On the CPU vLLM packs linear
+        layers into oneDNN handles that hold no tensor this can read: there the digest covers the
+        embeddings and norms, and the greedy answers and log-probabilities show the rest."""
+        import torch
+
+        digest = hashlib.sha256()
+        for prefix, module in self.model_runner.get_model().named_modules():
+            tensors = {**module._parameters, **module._buffers,
+                       **{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor) and "kv_cache" not in k}}
+            for name, tensor in sorted((k, v) for k, v in tensors.items() if v is not None):
+                digest.update(f"{prefix}.{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+                digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
 
 def members(artifact: dict, cfg, meter: meters.Meters, work_dir: Path) -> Iterator[tuple]:

@@ -17,10 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+import torch
+
 from harness import meters, models
 from harness.contract import Artifact
+from harness.errors import NogradError
 from harness.outputs import atomic_dir
-from harness.perturb import combine_
+from harness.perturb import combine_, noise_device
 
 
 def inference_passes(artifact: Artifact) -> int:
@@ -38,10 +41,18 @@ def load(spec: Artifact, dtype: str = "float32", device: str = "auto"):
 
         return PeftModel.from_pretrained(model, spec["path"]).merge_and_unload(), tokenizer
     if kind == "seeds":
+        # Rebuilt from the numbers it was trained with: on the CPU, or on the GPU model that drew
+        # them (`perturb.noise_device`; artifacts that do not say were drawn on the CPU).
+        drawn, here = spec.get("noise_device", "cpu"), noise_device(model.device)
+        if drawn not in (here, "cpu"):
+            raise NogradError(f"a model stored as seeds drew its noise on {drawn}; rebuilt on {here} the same seeds "
+                              f"give other weights: evaluate it on a {drawn}")
         # A plain list, not `trainable`: one transient fp32 copy of a tensor at a time, no master
         # kept for the evaluation; below fp32 each weight becomes the cast of fp32(base) + sum.
-        combine_(list(model.parameters()), [tuple(term) for term in spec["terms"]], spec.get("mode", "iid"))
-        return model, tokenizer
+        where = model.device
+        combine_(list(model.to(drawn if drawn == "cpu" else where).parameters()),
+                 [tuple(term) for term in spec["terms"]], spec.get("mode", "iid"))
+        return model.to(where), tokenizer
     raise ValueError(f"unknown artifact kind {kind!r}")
 
 
@@ -68,8 +79,11 @@ def served(spec: Artifact, directory: Path, dtype: str = "float32") -> str:
     if spec["kind"] == "model":
         return spec["path"]
     if not (directory / "config.json").exists():
-        model, tokenizer = load(spec, dtype, "cpu")
+        model, tokenizer = load(spec, dtype, "cpu" if spec.get("noise_device", "cpu") == "cpu" else "cuda")
         with atomic_dir(directory) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the engine that serves it takes its share of what is free
     return str(directory)

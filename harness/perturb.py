@@ -54,6 +54,14 @@ def noise(param: torch.Tensor, seed: int, index: int, mode: NoiseMode = "iid") -
     return torch.randn(param.shape, generator=generator, device=param.device, dtype=torch.float32)
 
 
+def noise_device(device: torch.device) -> str:
+    """Where `noise` for a tensor on `device` is drawn, as far as its numbers depend on it: 'cpu',
+    or the GPU's name. The same seed gives other numbers on the CPU and on a GPU (each has its own generator),
+    and need not give the same on another GPU model, so a model stored as seeds records this and
+    is rebuilt there (`harness.artifacts.load`)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def _below_fp32(tensor: torch.Tensor) -> bool:
     return tensor.is_floating_point() and torch.finfo(tensor.dtype).bits < 32
 
@@ -71,6 +79,29 @@ class Weights(list):
         self._perturbed = False
         self.finite = True
         """False inside a `perturbed` block whose move would have made a weight NaN or Inf."""
+        self.mirrors: list = []
+        """Engines holding a copy of these weights (a vLLM engine under `sampler: vllm`), told every
+        move below as its (seed, coefficient) terms, which they regenerate the noise of and apply
+        themselves: `perturb(terms, mode)` and `restore()` around a `perturbed` block, `combine(terms,
+        mode)` for a lasting move. A change made by other means cannot be mirrored (`sync`)."""
+
+    def centre(self) -> Iterator[torch.Tensor]:
+        """Each tensor in fp32 as it is outside any `perturbed` block: the master where there is
+        one (a block never moves it), else the weight less the block's offset, computed as the
+        block's exit computes it; what a mirror attached inside a block is started from."""
+        for index, (tensor, target) in enumerate(zip(self, self.model_weights)):
+            if self._perturbed and tensor is target:
+                terms, mode = self._move
+                yield tensor - combination(tensor, index, terms, mode)
+            else:
+                yield tensor
+
+    def attach(self, mirror) -> None:
+        """Tell `mirror`, which serves `centre()`, every move from now on; inside a `perturbed`
+        block it is moved as the block moved these weights, and restored with them."""
+        self.mirrors.append(mirror)
+        if self._perturbed:
+            mirror.perturb(*self._move)
 
     @property
     def masters(self) -> dict[str, torch.Tensor]:
@@ -86,7 +117,9 @@ class Weights(list):
 
     @torch.no_grad()
     def sync(self, index: int | None = None) -> None:
-        """Cast the masters (or the one of tensor `index`) into the model's weights."""
+        """Cast the masters (or the one of tensor `index`) into the model's weights. The moves of
+        this module sync tensor by tensor; a method that calls it after changing the tensors by
+        other means (MeZO's weight decay) cannot run beside a mirror, which follows seeds alone."""
         for i in range(len(self)) if index is None else (index,):
             if self[i] is not self.model_weights[i]:
                 self.model_weights[i].copy_(self[i])
@@ -127,10 +160,13 @@ def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: Nois
     for index, tensor in in_fp32(params):
         tensor.add_(noise(tensor, seed, index, mode).to(tensor.dtype), alpha=scale)
         _checked(tensor, index)
+    for mirror in getattr(params, "mirrors", ()):
+        mirror.combine([(seed, scale)], mode)
 
 
-def _combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
-    """sum_j coef_j * noise(seed_j) for tensor `index`, in fp32: one accumulator and one noise tensor."""
+def combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
+    """sum_j coef_j * noise(seed_j) for tensor `index`, in fp32: one accumulator and one noise tensor.
+    What every move adds, here and in a vLLM engine that mirrors the weights (evals/vllm_sampler.py)."""
     total = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
     for seed, coef in terms:
         total.add_(noise(param, seed, index, mode), alpha=coef)
@@ -147,8 +183,10 @@ def combine_(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]],
     """
     terms = _finite_terms(list(terms))
     for index, tensor in in_fp32(params):
-        tensor.add_(_combination(tensor, index, terms, mode).to(tensor.dtype))
+        tensor.add_(combination(tensor, index, terms, mode).to(tensor.dtype))
         _checked(tensor, index)
+    for mirror in getattr(params, "mirrors", ()):
+        mirror.combine(terms, mode)
 
 
 @contextmanager
@@ -176,7 +214,7 @@ def perturbed(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]]
             if sign < 0 and tensor is not target:
                 target.copy_(tensor)
                 continue
-            offset = _combination(tensor, index, terms, mode).to(tensor.dtype)
+            offset = combination(tensor, index, terms, mode).to(tensor.dtype)
             if sign < 0:
                 tensor.sub_(offset)
                 continue
@@ -186,13 +224,17 @@ def perturbed(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]]
             else:
                 skipped.add(index)
 
-    weights._perturbed = True
+    weights._perturbed, weights._move = True, (terms, mode)
     move(1.0)
     weights.finite = not skipped
+    for mirror in weights.mirrors if weights.finite else ():  # a non-finite member is not rolled out
+        mirror.perturb(terms, mode)
     try:
         yield
     finally:
         move(-1.0)
+        for mirror in weights.mirrors if weights.finite else ():
+            mirror.restore()
         weights._perturbed, weights.finite = False, True
 
 
@@ -201,7 +243,7 @@ def combination_norm(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, 
                      mode: NoiseMode = "iid") -> float:
     """||sum_j coef_j * noise(seed_j)||_F over all tensors, regenerating the noise tensor by tensor."""
     terms = list(terms)
-    return math.sqrt(sum(_combination(param, index, terms, mode).square().sum(dtype=torch.float64).item()
+    return math.sqrt(sum(combination(param, index, terms, mode).square().sum(dtype=torch.float64).item()
                          for index, param in enumerate(params)))
 
 

@@ -68,7 +68,7 @@ class Run:
         self._stage_start: dict[str, float] = {}
         self._resume_point: dict | None = None
         self._loaded = False
-        self._vllm = None  # the vLLM engine of `population_rollout` under `sampler: vllm`
+        self._vllm = None  # the vLLM engine of `population_rollout` or `_mirror` under `sampler: vllm`
 
     # ------------------------------------------------------------------ data and reward
 
@@ -141,7 +141,10 @@ class Run:
         )
         if not self._member_finite():
             return [[] for _ in problems], np.full((len(problems), n), np.nan)
-        completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
+        if self.config.sampler == "vllm" and not hasattr(self.model, "peft_config"):
+            completions = self._mirror().sample(self.prompts(problems), params, self.meters)
+        else:
+            completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
         rewards = np.array([[self.reward(p, c.text, score) for c in row] for p, row in zip(problems, completions)])
         return completions, rewards
 
@@ -162,6 +165,24 @@ class Run:
             completions = sample(self.model, self.tokenizer, prompts, params, adapters=names)
         rewards = [self.reward(p, row[0].text) for p, row in zip(list(problems) * len(adapters), completions)]
         return np.array(rewards).reshape(len(adapters), len(problems))
+
+    def _mirror(self):
+        """The vLLM engine a full-weight method's rollouts go through under `sampler: vllm`, started
+        at the first: it serves the model's weights as they are outside any perturbation, written
+        once to the work directory, and from then on follows every move from its seeds
+        (`perturb.Weights.attach`), so the torch model and the engine hold the same weights."""
+        from evals.vllm_sampler import VllmSampler, save_centre
+
+        if self._vllm is None:
+            weights = perturb.trainable(self.model)
+            names = [name for name, _ in self.model.named_parameters()]
+            centre = save_centre(weights, names, self.work_dir / "engine" / "centre.safetensors")
+            self.meters.disk_sample()
+            self._vllm = VllmSampler(self.model_manifest["path"], self.config.dtype, self.config.vllm_gpu_memory,
+                                     weights=centre)
+            centre.unlink()
+            weights.attach(self._vllm)
+        return self._vllm
 
     @contextmanager
     def _served_adapters(self, names: Sequence[str]) -> Iterator[dict]:
@@ -383,6 +404,16 @@ class Run:
         return {"kind": "ensemble", "members": members, "trained": True}
 
 
+def with_noise_device(artifact: Artifact, device: str) -> Artifact:
+    """The artifact with every model stored as seeds (itself or an ensemble's members) recording
+    where its noise was drawn (`perturb.noise_device`), so that it is rebuilt from the same numbers."""
+    if artifact["kind"] == "seeds":
+        return {**artifact, "noise_device": device}
+    if artifact["kind"] == "ensemble":
+        return {**artifact, "members": [with_noise_device(member, device) for member in artifact["members"]]}
+    return artifact
+
+
 def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, data_dir: Path,
           tracking_file: Path, out: Path) -> Artifact:
     """Run one (method, task, seed): train, then write `metrics.json` and, last, `artifact.json`;
@@ -402,7 +433,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     }
     with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
         run_id_file.write_text(active.info.run_id)
-        artifact = spec.train(cfg.methods[method], run)
+        artifact = with_noise_device(spec.train(cfg.methods[method], run), perturb.noise_device(run.model.device))
         run.meters.disk_sample()
         final = run.meters.snapshot()
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})

@@ -32,6 +32,7 @@ import torch
 
 from harness.config import Positive, Range
 from harness.contract import Artifact, Queries, Run
+from harness.errors import NogradError
 from harness.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
 from methods import register
 
@@ -92,6 +93,9 @@ def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, 
     if not math.isfinite(projected_grad):
         return
     if weight_decay:
+        if getattr(params, "mirrors", None):
+            raise NogradError("weight_decay > 0 cannot run with sampler: 'vllm': the engine follows moves made from "
+                              "seeds, and decay is not one; set weight_decay: 0 or sampler: 'torch'")
         for _, param in in_fp32(params):
             if param.ndim >= 2:  # MeZO decays neither biases nor LayerNorm weights
                 param.mul_(1 - lr * weight_decay)

@@ -203,3 +203,22 @@ def test_rollout_scores_the_reward_or_correctness_alone_each_a_counted_reward_ca
     assert torch.allclose(torch.as_tensor(reward),
                           torch.tensor([[1.1, 1.1], [0.1, 0.1], [0.1, 0.1]], dtype=torch.float64))
     assert run.meters.counts["reward_calls"] == 2 * 3 * 2
+
+
+def test_a_model_stored_as_seeds_is_rebuilt_only_from_the_noise_it_was_trained_with(tiny_model_dir):
+    """The same seed draws other numbers on the CPU and on a GPU: training records where its noise
+    was drawn, and a rebuild elsewhere stops with one line instead of evaluating other weights."""
+    from harness import artifacts
+    from harness.perturb import combine_
+    from harness.training import with_noise_device
+
+    seeds = {"kind": "seeds", "terms": [[1, 0.1]], "mode": "iid", "trained": True}
+    stamped = with_noise_device({"kind": "ensemble", "members": [seeds, {"kind": "adapter", "path": "a"}]}, "cpu")
+    assert [m.get("noise_device") for m in stamped["members"]] == ["cpu", None]
+    spec = {**seeds, "base": str(tiny_model_dir)}
+    with pytest.raises(NogradError, match="drew its noise on NVIDIA H200; rebuilt on cpu"):
+        artifacts.load({**spec, "noise_device": "NVIDIA H200"}, "float32", "cpu")
+    model, _ = artifacts.load({**spec, "noise_device": "cpu"}, "float32", "cpu")
+    expected, _ = models.load(str(tiny_model_dir), "float32", "cpu")
+    combine_(list(expected.parameters()), [(1, 0.1)])
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), expected.parameters()))

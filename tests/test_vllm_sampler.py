@@ -56,13 +56,26 @@ class FakeLLM:
             [row] = sample(model, self.tokenizer, [prompt], params)
             outputs.append(types.SimpleNamespace(
                 prompt_token_ids=self.tokenizer(prompt)["input_ids"],
-                outputs=[types.SimpleNamespace(text=c.text, token_ids=[0] * c.tokens,
+                outputs=[types.SimpleNamespace(token_ids=Tokens([0] * c.tokens, text=c.text),
                                                finish_reason="stop" if c.finished else "length") for c in row]))
         return outputs
 
+    def get_tokenizer(self):
+        """Decodes the stand-in's token ids (placeholders) into the text the torch sampler wrote."""
+        return types.SimpleNamespace(decode=lambda ids, skip_special_tokens: ids.text)
+
+
+class Tokens(list):
+    """A completion's token ids, carrying its text: the stand-in samples with the torch sampler,
+    which returns texts, not ids (the real engine's decoding is tested in test_vllm_engine.py)."""
+
+    def __init__(self, ids: list[int], text: str) -> None:
+        super().__init__(ids)
+        self.text = text
+
 
 class FakeRequest(types.SimpleNamespace):
-    def __init__(self, n=1, temperature=1.0, top_p=1.0, max_tokens=16, seed=None):
+    def __init__(self, n=1, temperature=1.0, top_p=1.0, max_tokens=16, seed=None, detokenize=True):
         super().__init__(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
 
 
