@@ -79,7 +79,7 @@ def served(spec: Artifact, directory: Path, dtype: str = "float32") -> str:
     if spec["kind"] == "model":
         return spec["path"]
     if not (directory / "config.json").exists():
-        model, tokenizer = load(spec, dtype, "cpu" if spec.get("noise_device", "cpu") == "cpu" else "cuda")
+        model, tokenizer = load(spec, dtype, "cpu" if spec.get("noise_device", "cpu") == "cpu" else "auto")
         with atomic_dir(directory) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
