@@ -199,11 +199,14 @@ def runs_with_each_sampler(root: Path, method: str, settings: dict, evaluate: bo
         write_target_data(Path("results/data/target"))
         raw = {"name": "vllm", "model": str(build_tiny_model(root / "tiny", heads=1)), "seeds": [0],
                "dtype": "float32", "vllm_gpu_memory": 0.2, "tasks": {"target": {}}, "methods": {method: settings},
+               # absolute: MLflow caches a store per URI, so a relative one would reach an earlier test's file
+               "tracking_uri": f"sqlite:///{root / 'results' / 'mlflow.db'}",
                "evaluation": {"samples": 2, "max_new_tokens": 12, "batch_size": 8, "bootstrap_samples": 20,
                               "crosscheck": False},
                "training": {"max_new_tokens": 12, "checkpoint_every": 1000}}
         models.prepare(raw["model"], Path("results/model"))
-        write_json(Path("results/tracking.json"), tracking.init(config.Config(name="vllm", model=raw["model"])))
+        write_json(Path("results/tracking.json"), tracking.init(config.Config(name="vllm", model=raw["model"],
+                                                                                   tracking_uri=raw["tracking_uri"])))
         runs = {}
         for sampler in ("torch", "vllm"):
             Path(f"{sampler}.yaml").write_text(yaml.safe_dump({**raw, "sampler": sampler}))
