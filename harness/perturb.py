@@ -147,8 +147,16 @@ def _finite_terms(terms: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return terms
 
 
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every element is finite, at the cost of one sum where they are: an Inf or NaN
+    carries into the sum, so a finite sum proves them all finite; only a sum that is not (an element
+    is not, or a sum of finite elements overflowed) is checked element by element. Over a model's
+    weights this is an order of magnitude faster than `isfinite(...).all()`, and gives its answer."""
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float32))) or bool(torch.isfinite(tensor).all())
+
+
 def _checked(tensor: torch.Tensor, index: int) -> None:
-    if not torch.isfinite(tensor).all():
+    if not all_finite(tensor):
         raise NogradError(f"an update made weight tensor {index} non-finite (overflow): the run stops, "
                           "its last checkpoint holds finite weights")
 
@@ -219,7 +227,7 @@ def perturbed(params: Sequence[torch.Tensor], terms: Iterable[tuple[int, float]]
                 tensor.sub_(offset)
                 continue
             moved = (tensor + offset).to(target.dtype)  # the cast to a low-precision weight may overflow too
-            if torch.isfinite(moved).all():
+            if all_finite(moved):
                 target.copy_(moved)
             else:
                 skipped.add(index)

@@ -15,7 +15,7 @@ import torch
 from harness import fitness, models, training
 from harness.errors import NogradError
 from harness.outputs import read_json
-from harness.perturb import combine_, moved_finite, perturb_, perturbed, trainable
+from harness.perturb import all_finite, combine_, moved_finite, perturb_, perturbed, trainable
 
 NAN = math.nan
 OVERFLOW = 3e38
@@ -36,6 +36,21 @@ def test_shaping_leaves_out_members_that_are_not_finite_and_finds_no_signal_in_e
         assert np.array_equal(rule([2.0, 2.0, 2.0]), [0, 0, 0]), rule.__name__
     assert np.array_equal(fitness.centered_ranks([0.2, 0.5, 0.5, 0.9]), [-0.5, 0, 0, 0.5])
     assert np.array_equal(fitness.softmax([1.0, 1.0]), [0.5, 0.5])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_fast_finiteness_check_answers_as_isfinite_does(dtype):
+    big = torch.finfo(dtype).max / 2
+    cases = {
+        "finite": [1.0, -2.0, 3.0],
+        "an Inf": [1.0, math.inf, 3.0],
+        "a NaN": [1.0, NAN, 3.0],
+        "+Inf and -Inf, whose sum is NaN": [math.inf, -math.inf, 0.0],
+        "finite elements whose sum overflows": [big, big, big],
+    }
+    for name, values in cases.items():
+        tensor = torch.tensor(values).to(dtype)
+        assert all_finite(tensor) == bool(torch.isfinite(tensor).all()), name
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
