@@ -225,10 +225,14 @@ class Run:
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.model.device)
         attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.model.device)
         target_mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=self.model.device)
+        # Logits only from the position before the earliest answer token on: the prompt's would be
+        # masked out, and over a 49k vocabulary they cost more than the answer's.
+        start = max(min(m.index(1) for m in masks) - 1, 0)
         with self.meters.phase("forward"), torch.set_grad_enabled(grad):
-            logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-            weights = target_mask[:, 1:].to(nll.dtype)
+            logits = self.model(input_ids=ids, attention_mask=attention, logits_to_keep=width - start).logits
+            logits = logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, start + 1:], reduction="none")
+            weights = target_mask[:, start + 1:].to(nll.dtype)
             losses = (nll * weights).sum(1) / weights.sum(1)
         for problem, value in zip(problems, losses.tolist()):
             if not math.isfinite(value):
