@@ -105,6 +105,25 @@ def test_a_member_whose_weights_would_overflow_is_skipped_and_counted(workdir):
             stopping.rollout(problems)
 
 
+def test_the_loss_is_each_solutions_mean_log_likelihood_given_its_prompt(workdir):
+    """Run.loss batches problems of different lengths and keeps logits only from the first answer
+    token on; by hand, one problem at a time and unpadded, it is the mean of -log p(solution token)."""
+    run = _run(workdir)
+    problems = run.train[:4]
+    eos = run.tokenizer.eos_token or ""
+    by_hand = []
+    for prompt, problem in zip(run.prompts(problems), problems):
+        prompt_ids = run.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = run.tokenizer(problem.solution + eos, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = run.model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0].float()
+        log_p = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], dim=-1)
+        by_hand.append(-log_p[torch.arange(len(answer_ids)), torch.tensor(answer_ids)].mean().item())
+    lengths = {len(run.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in run.prompts(problems)}
+    assert len(lengths) > 1  # the batch pads, and its prompts end at different positions
+    assert np.allclose(run.loss(problems).tolist(), by_hand, rtol=1e-5)
+
+
 def test_a_loss_that_is_not_finite_is_counted_per_problem_or_stops_naming_it(workdir):
     run, stopping = _run(workdir), _run(workdir, "raise")
     for r in (run, stopping):
