@@ -156,10 +156,12 @@ def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generato
     The same distribution as `generate`'s sort-the-vocabulary-then-multinomial, at a fraction of
     its cost: the nucleus is found with `topk`, sorting the whole vocabulary only for the rows
     whose nucleus has more than NUCLEUS_CANDIDATES tokens, and each draw is one uniform number
-    through the cumulative distribution instead of one random number per vocabulary entry."""
+    through the cumulative distribution instead of one random number per vocabulary entry.
+    Low-precision logits are upcast first, exactly: argmax is 2.5x faster over fp32 than bf16."""
+    logits = logits.float()
     if params.temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p == 1:
         picks = _inverse_cdf(probs, generator)
     else:
