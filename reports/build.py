@@ -60,6 +60,8 @@ def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.y
     differences = []
     if cfg.model != paper.model:
         differences.append(f"model {cfg.model} (paper scale: {paper.model})")
+    if cfg.dtype != paper.dtype:
+        differences.append(f"weights in {cfg.dtype} (paper scale: {paper.dtype})")
     ours, published = (samples_text(e.samples, e.samples_by_method) for e in (ev, paper_ev))
     if ours != published:
         differences.append(f"{ours} samples per problem (paper scale: {published})")
@@ -130,6 +132,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "name": cfg.name,
         "model": model["name"],
         "model_source": f"{model['source']}: {model.get('revision') or model['path']}",
+        "dtype": cfg.dtype,
         "tasks": {m["task"]: {"train": m["train"]["size"], "test": m["test"]["size"],
                               "source": data.describe(m["test"]), "train_source": data.describe(m["train"])}
                   for m in manifests},

@@ -650,6 +650,7 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
     return [
         ("Model", str(header.get("model", MISSING))),
         ("Model source", str(header.get("model_source", MISSING))),
+        ("Weights", str(header.get("dtype", MISSING))),
         ("Samples per problem", _samples(header)),
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
