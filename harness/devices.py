@@ -4,7 +4,9 @@ devices of its own before CUDA starts, and sees only those (CUDA_VISIBLE_DEVICES
 Snakemake's `gpu` resource (`snakemake --resources gpu=8`) bounds how many devices the running
 jobs hold together, but it does not say which: without this every job would compute on device 0.
 So each job takes an exclusive lock (`fcntl.flock`) on a file per device id, from the ids its
-environment makes visible (CUDA_VISIBLE_DEVICES, else every GPU `nvidia-smi -L` lists). The
+environment makes visible (CUDA_VISIBLE_DEVICES, else every GPU `nvidia-smi -L` lists, in which
+case the job also sets CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi's order, unless it is set: CUDA's
+default order puts the fastest device first, so on a mixed node id 0 would name another GPU). The
 kernel releases a lock when its holder ends, however it ends, so a killed job frees its devices
 for the next without any cleanup; a job that finds too few free waits for them.
 
@@ -53,6 +55,7 @@ def claim(count: int, what: str, poll_s: float = 1.0) -> list[str]:
     """Hold `count` of the visible devices until this process ends, and make them the only ones
     CUDA sees; returns their ids. Must run before anything starts CUDA. `count` 0 hides every GPU
     (the job runs on the CPU); on a machine without GPUs this does nothing."""
+    listed = "CUDA_VISIBLE_DEVICES" not in os.environ  # ids are nvidia-smi's indices
     pool = visible()
     if not pool:
         return []
@@ -79,6 +82,8 @@ def claim(count: int, what: str, poll_s: float = 1.0) -> list[str]:
                 _held.extend(lock for _, lock in got)
                 ids = [device for device, _ in got]
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+                if listed:
+                    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
                 print(f"{what}: holding GPU {', '.join(ids)} of {', '.join(pool)}", file=sys.stderr)
                 return ids
         for _, lock in got:  # too few free: hold none while waiting, so two waiters cannot deadlock

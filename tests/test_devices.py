@@ -92,6 +92,32 @@ def test_no_gpu_changes_nothing_and_zero_gpus_hides_them(monkeypatch, tmp_path):
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
+def test_ids_from_nvidia_smi_are_meant_in_its_order_and_a_users_ids_in_theirs(monkeypatch, tmp_path):
+    """nvidia-smi numbers GPUs by PCI bus; CUDA by default puts the fastest first. Ids taken from
+    nvidia-smi must be read in its order; ids the user gave in CUDA_VISIBLE_DEVICES keep the order
+    they were given in (CUDA_DEVICE_ORDER as the user set it, or not)."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-a)'\necho 'GPU 1: NVIDIA A10 (UUID: GPU-b)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("NOGRAD_DEVICE_LOCKS", str(tmp_path / "listed"))
+    assert devices.claim(1, "job") == ["0"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    monkeypatch.setenv("NOGRAD_DEVICE_LOCKS", str(tmp_path / "given"))
+    assert devices.claim(1, "job") == ["1"] and "CUDA_DEVICE_ORDER" not in os.environ
+
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("NOGRAD_DEVICE_LOCKS", str(tmp_path / "ordered"))
+    assert devices.claim(1, "job") == ["0"] and os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
 def test_more_gpus_than_are_visible_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("NOGRAD_DEVICE_LOCKS", str(tmp_path / "locks"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
