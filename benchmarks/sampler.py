@@ -39,6 +39,7 @@ def main() -> None:
     n, new = args.samples, args.new_tokens
     params = SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=new, batch_size=n)
     stop = sorted(stop_ids(model, tokenizer))
+    dtype = str(model.dtype).removeprefix("torch.")  # the default config's, which vLLM is given too
 
     @torch.no_grad()
     def generate(new: int = new) -> int:
@@ -81,7 +82,7 @@ def main() -> None:
         peer = subprocess.run(
             [str(vllm), "-m", "benchmarks.vllm_peer", "--model", model_dir, "--prompt", prompt, "--samples", str(n),
              "--new-tokens", str(new), "--temperature", str(args.temperature), "--top-p", str(args.top_p),
-             "--repeats", str(args.repeats)],
+             "--repeats", str(args.repeats), "--dtype", dtype],
             capture_output=True, text=True, cwd=REPO, check=True,
             env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_NO_USAGE_STATS": "1"})
         [measured] = [json.loads(line.removeprefix("RESULT ")) for line in peer.stdout.splitlines()
@@ -93,7 +94,7 @@ def main() -> None:
         row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x",
                 f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
     setting = (f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, top-p {args.top_p}, "
-               f"median of {args.repeats}")
+               f"{dtype} weights, median of {args.repeats}")
     write_table("sampler", setting, ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"],
                 rows)
     write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates})
