@@ -52,6 +52,11 @@ def job_config(method=None, task=None, seed=None, report=False):
     return json.dumps(configuration.to_dict(configuration.for_run(CONFIG, method, task, seed, report)), sort_keys=True)
 
 
+# On a cluster (profiles/slurm) these run where Snakemake runs, not as cluster jobs: each takes
+# seconds, and model and data reach the Hugging Face hub, which compute nodes often cannot.
+localrules: model, data, tracking, collect, report, all
+
+
 wildcard_constraints:
     method="|".join(METHODS),
     task="|".join(TASKS),
