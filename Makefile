@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test vllm browser slurm configs snakemake-report mlflow-ui clean
+.PHONY: run test vllm browser slurm configs snakemake-report mlflow-ui mlflow-server clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -28,7 +28,7 @@ run: $(STAMP)
 	@echo
 	@echo "Report:    results/report/report.html (and report.md, tables, figures)"
 	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
-	@echo "MLflow UI: make mlflow-ui   (serves results/mlflow.db on http://127.0.0.1:5000)"
+	@echo "MLflow UI: make mlflow-ui   (serves the runs, and prints the URL of their table)"
 
 test: $(STAMP) $(VLLM_STAMP) browser slurm
 	$(BIN)/ruff check .
@@ -77,9 +77,14 @@ configs: $(STAMP)
 snakemake-report: $(STAMP)
 	$(BIN)/snakemake --report results/report/snakemake.html
 
+# The UI on the store results/tracking.json names; it prints the URL of the experiment's runs table.
 mlflow-ui: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db \
-		--host 127.0.0.1 --port 5000 --workers 1
+	$(BIN)/nograd mlflow-ui
+
+# For many writers (a cluster): an MLflow server on a PostgreSQL of its own (data in results/postgres);
+# set tracking_uri: http://127.0.0.1:5000 in the config, or the server's address as the jobs see it.
+mlflow-server: $(STAMP)
+	$(BIN)/nograd mlflow-server
 
 clean:
 	rm -rf results .snakemake

@@ -66,6 +66,45 @@ def cmd_init_tracking(args) -> None:
     write_json(args.out, tracking.init(_config(args)))
 
 
+def cmd_mlflow_ui(args) -> None:
+    import os
+
+    from harness import tracking
+    from harness.outputs import read_json
+
+    if not args.tracking.exists():
+        raise NogradError(f"{args.tracking} not found: run `snakemake` first (its tracking rule creates the "
+                          "experiment)")
+    coordinates = read_json(args.tracking)
+    uri = coordinates["tracking_uri"]
+    if uri.startswith(("http://", "https://")):  # a tracking server: its UI is already up
+        print(f"runs: {tracking.runs_url(uri, coordinates['experiment_id'])}", flush=True)
+        return
+    print(f"runs: {tracking.runs_url(f'http://{tracking.HOST}:{args.port}', coordinates['experiment_id'])}",
+          flush=True)
+    command = tracking.server_command(uri, args.port)
+    os.execv(command[0], command)  # the server in place of this process: Ctrl-C stops it
+
+
+def cmd_mlflow_server(args) -> None:
+    import signal
+    import subprocess
+
+    from harness import tracking
+
+    # Stopped by a signal (a scheduler's, `kill`), stop the server and PostgreSQL as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with tracking.postgres(args.data, args.database_port) as database:
+        print(f"MLflow server on PostgreSQL ({database}, data in {args.data}): set tracking_uri: "
+              f"http://{tracking.HOST}:{args.port} in the config; Ctrl-C stops both", flush=True)
+        try:
+            subprocess.run(tracking.server_command(database, args.port), check=True)
+        except KeyboardInterrupt:
+            pass
+        except subprocess.CalledProcessError as error:
+            raise NogradError(f"mlflow server exited with status {error.returncode} (its output is above)") from None
+
+
 def cmd_train(args) -> None:
     from harness import training
 
@@ -114,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
 
     def command(name, func, help, **paths):
         sub = commands.add_parser(name, help=help)
-        if name not in ("schema", "paper-config", "plan"):
+        if name not in ("schema", "paper-config", "plan", "mlflow-ui", "mlflow-server"):
             given = sub.add_mutually_exclusive_group(required=True)
             given.add_argument("--config", type=Path, help="experiment config file (YAML)")
             given.add_argument("--config-json", help="experiment config as JSON (what the Snakefile passes)")
@@ -146,6 +185,15 @@ def parser() -> argparse.ArgumentParser:
     command("collect", cmd_collect, "gather every result (evaluations, completions, training histories, "
             "cross-checks) into one summary", metrics=files, model=path, data=files, out=path,
             completions=optional_files, **{"train-metrics": optional_files, "crosschecks": optional_files})
+    port = dict(type=int, default=5000, help="the UI's port on 127.0.0.1 (default: 5000)")
+    command("mlflow-ui", cmd_mlflow_ui, "print the URL of the runs table and serve the MLflow UI on the run's store",
+            tracking=dict(type=Path, default=Path("results/tracking.json"),
+                          help="what the tracking rule wrote (default: results/tracking.json)"), port=port)
+    command("mlflow-server", cmd_mlflow_server, "an MLflow server for many writers, on a PostgreSQL of its own",
+            data=dict(type=Path, default=Path("results/postgres"),
+                      help="the PostgreSQL data directory, created on first use (default: results/postgres)"),
+            port=port, **{"database-port": dict(type=int, default=5433,
+                                                help="PostgreSQL's port (default: 5433, not a system server's 5432)")})
     command("report", cmd_report, "render the report from the summary and log it to MLflow", summary=path,
             tracking=path, out=path)
     return root

@@ -1,37 +1,97 @@
 """MLflow tracking, opened by the harness for every method alike.
 
-The SQLite database and the experiment are created once by the `tracking` rule, before
-Snakemake fans out, so parallel jobs never race to migrate the schema or create the
-experiment; each job then opens its own run in that experiment.
+The store and the experiment are created once by the `tracking` rule, before Snakemake fans
+out, so parallel jobs never race to migrate the schema or create the experiment; each job then
+opens its own run in that experiment.
+
+Stores (`tracking_uri`): a SQLite file for one machine, put in WAL mode here so that the UI
+reads while jobs write; for jobs on many machines (SLURM), a database server
+(`postgresql://...`) or an MLflow server (`http://...`), e.g. the one `nograd mlflow-server`
+starts on a local PostgreSQL. SQLite's locks do not hold on network filesystems.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
+import sqlite3
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402  (telemetry must be off before the import)
 import torch  # noqa: E402
 
 from harness.config import REPO, Config, config_hash, to_dict  # noqa: E402
+from harness.errors import NogradError  # noqa: E402
 
 ARTIFACT_ROOT = Path("results/mlartifacts")
+REPORT = Path("results/report/report.html")
+"""Where the Snakefile's report rule writes the report, relative to the working directory."""
+MODEL_TRAINING = {"mlflow.experimentKind": "custom_model_development"}
+"""The experiment kind MLflow 3's UI reads to open an experiment on its runs, not its GenAI pages."""
 
 
 def init(cfg: Config) -> dict:
-    """Create the tracking database and the experiment; return their coordinates."""
+    """Create the tracking store and the experiment (marked as model training, with a description);
+    return their coordinates."""
+    if cfg.tracking_uri.startswith(("http://", "https://")):
+        _answers(cfg.tracking_uri)
     mlflow.set_tracking_uri(cfg.tracking_uri)
-    experiment = mlflow.get_experiment_by_name(cfg.name)
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(cfg.name)
     experiment_id = (
         experiment.experiment_id
         if experiment
-        else mlflow.create_experiment(cfg.name, artifact_location=ARTIFACT_ROOT.resolve().as_uri())
+        else client.create_experiment(cfg.name, artifact_location=ARTIFACT_ROOT.resolve().as_uri())
     )
+    note = (f"nograd experiment *{cfg.name}*: one training run per method, task and seed, each with its "
+            f"evaluation as a child run, and a summary run holding the report. Report: {_report_link()}")
+    for key, value in {**MODEL_TRAINING, "mlflow.note.content": note}.items():
+        client.set_experiment_tag(experiment_id, key, value)
+    if cfg.tracking_uri.startswith("sqlite:"):
+        _write_ahead_log(cfg.tracking_uri)
     return {"tracking_uri": cfg.tracking_uri, "experiment_id": experiment_id, "experiment": cfg.name}
+
+
+def _answers(server: str) -> None:
+    """Fail at once, in one line, where no MLflow server answers: MLflow's own client retries for
+    minutes, which jobs want through a server's restart, but not a run that never had one."""
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{server.rstrip('/')}/health", timeout=10)
+    except OSError as error:
+        raise NogradError(f"tracking_uri {server}: no MLflow server answers ({getattr(error, 'reason', error)}); "
+                          "start one (`make mlflow-server`) or use a sqlite:/// or postgresql:// store") from None
+
+
+def _write_ahead_log(uri: str) -> None:
+    """Put a SQLite store in WAL mode, which the file keeps: readers (the UI, `search_runs`) no
+    longer block the writer, nor it them. Each MLflow session waits 20 s on a lock (its busy timeout)."""
+    from sqlalchemy.engine import make_url
+
+    with sqlite3.connect(make_url(uri).database, timeout=60) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
+def _report_link() -> str:
+    return f"[{REPORT}]({REPORT.resolve().as_uri()}), also the artifacts of the summary run"
+
+
+def description(name: str, tags: dict[str, str]) -> str:
+    """A run's description (`mlflow.note.content`, Markdown): what it is, and where the report is."""
+    kind = tags.get("nograd.kind")
+    subject = f"`{tags.get('nograd.method')}` on `{tags.get('nograd.task')}`, seed {tags.get('nograd.seed')}"
+    what = {"train": f"Training of {subject}; its evaluation is the child run.",
+            "eval": f"Evaluation of {subject}: greedy accuracy and pass@k on the test split, every completion "
+                    "in completions.jsonl.",
+            "summary": "The comparison of every method: the report, its tables and figures, and summary.json."}
+    return f"{what.get(kind, name)} Report: {_report_link()}."
 
 
 def git_commit() -> str:
@@ -76,7 +136,72 @@ def run(tracking: dict, cfg: Config, name: str, tags: dict[str, str], run_id: st
                     "nograd.config_hash": config_hash(cfg),
                     "nograd.hardware": hardware(),
                     "nograd.torch": torch.__version__,
+                    "mlflow.note.content": description(name, tags),
                     **tags,
                 }
             )
         yield active
+
+
+# ---------------------------------------------------------------------------- browsing and serving
+
+HOST = "127.0.0.1"
+
+
+def runs_url(base: str, experiment_id: str) -> str:
+    """The experiment's runs table in the MLflow UI at `base`. MLflow 3 opens on its GenAI pages
+    (overview, traces) unless told the workflow is machine learning; the experiment's kind
+    (`MODEL_TRAINING`) does the same for links that do not say it."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def server_command(backend_store_uri: str, port: int) -> list[str]:
+    """`mlflow server` on loopback for `backend_store_uri`: the UI and, for many writers, the tracking API."""
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
+            "--host", HOST, "--port", str(port), "--workers", "1"]
+
+
+def _postgres_bin(name: str) -> str:
+    """A PostgreSQL server program: where Debian installs it (off PATH), the newest version, else on PATH."""
+    installed = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parts[-3]))
+    found = installed[-1] if installed else shutil.which(name)
+    if not found:
+        raise NogradError(f"PostgreSQL's {name} was not found (on PATH or in /usr/lib/postgresql/*/bin): "
+                          "install the server (Debian: apt-get install postgresql)")
+    return str(found)
+
+
+@contextmanager
+def postgres(data_dir: Path, port: int) -> Iterator[str]:
+    """A PostgreSQL cluster of our own in `data_dir` (created on first use), serving on loopback
+    for the duration of the block, with a database `mlflow`; yields its URI. Local connections
+    are trusted: the server listens on 127.0.0.1 only, and its socket lies in `data_dir`."""
+    data_dir = Path(data_dir).resolve()
+    # PostgreSQL refuses to run as root: there, its own system user runs it.
+    as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    fresh = not (data_dir / "PG_VERSION").exists()
+    if fresh:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if as_owner:
+            shutil.chown(data_dir, "postgres", "postgres")
+        _postgres(as_owner + [_postgres_bin("initdb"), "-D", str(data_dir), "-U", "mlflow", "--auth=trust",
+                              "-E", "UTF8"], "initdb", data_dir)
+    log = data_dir / "server.log"
+    _postgres(as_owner + [_postgres_bin("pg_ctl"), "-D", str(data_dir), "-l", str(log), "-w", "-o",
+                          f"-h {HOST} -p {port} -k {data_dir}", "start"], "pg_ctl start", data_dir)
+    try:
+        if fresh:
+            _postgres(as_owner + [_postgres_bin("createdb"), "-h", HOST, "-p", str(port), "-U", "mlflow", "mlflow"],
+                      "createdb", data_dir)
+        yield f"postgresql://mlflow@{HOST}:{port}/mlflow"
+    finally:
+        subprocess.run(as_owner + [_postgres_bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"],
+                       capture_output=True)
+
+
+def _postgres(command: list[str], what: str, data_dir: Path) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        log = data_dir / "server.log"
+        detail = (done.stderr.strip() or (log.read_text() if log.exists() else "")).splitlines()
+        raise NogradError(f"PostgreSQL in {data_dir}: {what} failed: {detail[-1] if detail else done.returncode}")
