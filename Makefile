@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test vllm browser slurm configs snakemake-report mlflow-ui mlflow-server clean
+.PHONY: run test vllm engines configs snakemake-report mlflow-ui mlflow-server clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -30,7 +30,7 @@ run: $(STAMP)
 	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
 	@echo "MLflow UI: make mlflow-ui   (serves the runs, and prints the URL of their table)"
 
-test: $(STAMP) $(VLLM_STAMP) browser slurm
+test: $(STAMP) $(VLLM_STAMP) engines
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
@@ -50,24 +50,20 @@ $(VLLM_STAMP): requirements-vllm.lock pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The report's browser test opens the HTML in headless Chromium. Installed with apt-get where it
-# can be (as root, or with password-less sudo); where it cannot, that one test skips and says why.
-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-		{ command -v apt-get >/dev/null 2>&1 && \
-		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
-		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
-		echo "chromium not installed: the report's browser test will be skipped"
-
-# The SLURM test (tests/test_slurm.py) starts a single-node cluster of its own from Debian's slurm-wlm
-# and munge, installed with apt-get where it can be (as root, or with password-less sudo); where they
-# are missing, or the test does not run as root, that one test skips and says why.
-slurm:
-	@command -v slurmctld >/dev/null 2>&1 || \
-		{ command -v apt-get >/dev/null 2>&1 && \
-		  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && \
-		  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq slurm-wlm munge >/dev/null; } || \
-		echo "slurm-wlm not installed: the SLURM test will be skipped"
+# Debian packages the tests drive for real: Chromium (the report and the MLflow UI in a headless
+# browser), slurm-wlm and munge (a single-node SLURM, tests/test_slurm.py) and postgresql (the
+# tracking server, tests/test_tracking.py). Only what is missing is installed, with apt-get where it
+# can be (as root, or with password-less sudo); where it cannot, the tests that need it skip and say why.
+engines:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v slurmctld >/dev/null 2>&1 || missing="$$missing slurm-wlm munge"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
+		missing="$$missing postgresql"; \
+	[ -z "$$missing" ] || { command -v apt-get >/dev/null 2>&1 && \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ) && $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; } || \
+		echo "not installed:$$missing; the tests that need them will be skipped"
 
 # The generated configs, after adding or changing a method or a task (tests check they are current).
 configs: $(STAMP)

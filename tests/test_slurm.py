@@ -3,7 +3,7 @@ single-node cluster (munged, slurmctld, slurmd, with two fake GPUs) started by t
 the tiny experiment must give exactly the local run's results (tests/fingerprint.py).
 
 Skips, saying why, only where SLURM cannot run here: its programs missing, not root, or daemons
-that do not come up (`make slurm` installs the programs where it can)."""
+that do not come up (`make test` installs the programs where it can)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def slurm(tmp_path_factory):
     """A running single-node cluster: its environment for clients (SLURM_CONF) and its partition."""
     missing = [name for name in PROGRAMS if shutil.which(name) is None]
     if missing:
-        pytest.skip(f"SLURM cannot start here: {', '.join(missing)} not installed (make slurm)")
+        pytest.skip(f"SLURM cannot start here: {', '.join(missing)} not installed (`make engines` installs them)")
     if os.geteuid() != 0:
         pytest.skip("SLURM cannot start here: slurmd must run as root to start jobs as their user")
     if not Path("/etc/slurm").is_dir():
