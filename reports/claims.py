@@ -526,7 +526,8 @@ class ClusterSpeedup:
     """A speed-up that grows with cluster size needs one method's training spread over clusters of
     `cluster_sizes` devices. Every job of this suite trains on one device (header
     `devices_per_job`), so the claim cannot be tested by any run of it: inconclusive, with our
-    single-device training wall-clock ratio shown for what it is."""
+    single-device training wall-clock ratio shown for what it is, beside what the cost model
+    reports/cluster_model.py predicts for the claim's model at those sizes: a model, not evidence."""
 
     method: str
     baseline: str
@@ -537,18 +538,31 @@ class ClusterSpeedup:
     def statement(self) -> str:
         return (f"inconclusive at this scale by construction: the claim needs one method's training spread over "
                 f"clusters of {' and '.join(map(str, self.cluster_sizes))} devices, and every job of this suite "
-                "trains on one device; our single-device training wall-clock ratio is shown for what it is")
+                "trains on one device; our single-device training wall-clock ratio is shown for what it is, and beside "
+                "it what a cost model (reports/cluster_model.py) predicts, which is a model, not evidence")
+
+    @staticmethod
+    def modelled() -> str:
+        """The cost model's prediction at the claim's sizes, said to be one."""
+        from reports import cluster_model
+
+        model = cluster_model.MODELS[-1]
+        sizes = sorted(cluster_model.PAPER_POINTS)
+        return (f"modelled, not measured (reports/cluster_model.py, its stated defaults): {display_name('essa')} over "
+                f"{display_name('grpo')} on {model.name} " + ", ".join(
+                    f"{cluster_model.speedup(model, g):.1f}x on {g} GPUs" for g in sizes)
+                + " in time to a fixed number of rollouts, assuming both need the same rollouts to the accuracy")
 
     def measure(self, evidence: Evidence) -> Finding:
         evidence.require((self.method, self.baseline), self.task)
         seconds = {m: [((r.get("cost") or {}).get("train") or {}).get("wall_clock_s")
                        for r in evidence.runs(m, self.task)]
                    for m in (self.method, self.baseline)}
-        ours = "—"
+        ours = self.modelled()
         if all(v and all(v) for v in seconds.values()):
             a, b = np.mean(seconds[self.method]), np.mean(seconds[self.baseline])
             ours = (f"one device: training wall-clock {display_name(self.baseline)} {b:,.0f} s vs "
-                    f"{display_name(self.method)} {a:,.0f} s ({b / a:.2f}x)")
+                    f"{display_name(self.method)} {a:,.0f} s ({b / a:.2f}x); {ours}")
         devices = evidence.header.get("devices_per_job", 1)
         have = [size for size in self.cluster_sizes if size <= devices]
         if len(have) < len(self.cluster_sizes):

@@ -212,3 +212,24 @@ def peak_memory(memory: pd.DataFrame, methods: list[str], model: str, device: st
         for patch in legend.get_patches():
             patch.set_facecolor("0.6")
     return figure
+
+
+def cluster_speedup(gpus: list[int], curves: dict[str, list[float]], paper: dict[int, float], note: str) -> Figure:
+    """ESSA over GRPO against cluster size, MODELLED (reports/cluster_model.py): one line per model
+    size, ESSA's reported points marked; `note`, the model's assumptions, under the title."""
+    with _style():
+        figure, (ax,) = _new(SINGLE)
+        for i, (name, values) in enumerate(curves.items()):
+            ax.plot(gpus, values, marker="o", linestyle="--", color=f"C{i}", label=f"{name}, modelled")
+        ax.plot(list(paper), list(paper.values()), marker="*", markersize=14, linestyle="none", color="black",
+                label="ESSA's paper (Qwen2.5-32B, time to accuracy)", zorder=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_ylim(0, 1.1 * max([*paper.values()] + [v for values in curves.values() for v in values]))
+        ax.set_xlabel("GPUs (log scale)")
+        ax.set_ylabel("ESSA's speed-up over GRPO (x)")
+        ax.set_title("ESSA over GRPO by cluster size: MODELLED, not measured")
+        ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=7, color="0.35", wrap=True, va="bottom")
+        ax.legend(loc="upper left")
+    return figure

@@ -114,6 +114,19 @@ def test_render_writes_every_file(results, tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_the_modelled_cluster_curve_is_drawn_and_said_to_be_a_model(results, tmp_path):
+    from reports import cluster_model
+
+    written = render(results, HEADER, tmp_path)
+    image = matplotlib.image.imread(written["scaling.png"])
+    assert image.shape[0] > 300 and image[..., :3].std() > 0.05, "a drawn figure, not a blank one"
+    svg = written["scaling.svg"].read_text()
+    assert "MODELLED, not measured" in svg and "Qwen2.5-32B, modelled" in svg
+    markdown = section(written["report.md"].read_text(), "ESSA's cluster claim, modelled")
+    assert "![ESSA's cluster claim, modelled: all tasks](scaling.png)" in markdown
+    assert "MODELLED, NOT MEASURED" in markdown and cluster_model.assumptions() in markdown
+
+
 def test_markdown_states_scale_and_values(results, tmp_path):
     markdown = render(results, HEADER, tmp_path)["report.md"].read_text()
     for fact in ("quickstart", "SmolLM2-135M-Instruct", "2-core x86_64 CPU, no GPU", "cfg0123abcd",
@@ -167,8 +180,8 @@ def test_png_is_an_image_and_html_embeds_it(results, tmp_path):
     assert matplotlib.image.imread(written["cost_gsm8k.png"]).shape[1] >= 1400, "two-panel figures are wider"
     assert written["passk_gsm8k.svg"].read_text().lstrip().startswith("<?xml")
     html = written["report.html"].read_text()
-    # pass@k, cost and curves for each of 3 tasks, and the memory figure.
-    assert html.count("data:image/png;base64,") == 3 * 3 + 1
+    # pass@k, cost and curves for each of 3 tasks, the memory figure and the modelled cluster curve.
+    assert html.count("data:image/png;base64,") == 3 * 3 + 2
     assert "<table" in html and "25.0 [12.5, 50.0]" in html and "cfg0123abcd" in html
     assert 'src="passk' not in html
 

@@ -381,6 +381,20 @@ def test_cluster_speedup_cannot_be_tested_on_one_device_per_job():
     assert check(claims.CLAIMS[1], evidence({}))["verdict"] == NOT_RUN
 
 
+def test_cluster_speedup_row_gives_the_model_as_a_model_and_stays_inconclusive():
+    from reports import cluster_model
+
+    runs = {("essa", "math", 0): (share(0.5), None, None), ("grpo", "math", 0): (share(0.5), None, None)}
+    row = check(claims.CLAIMS[1], evidence(runs))
+    predicted = [cluster_model.speedup(cluster_model.MODELS[-1], g) for g in (16, 128)]
+    assert predicted[1] > predicted[0] > 1
+    assert row["verdict"] == INCONCLUSIVE
+    assert row["ours"] == ("modelled, not measured (reports/cluster_model.py, its stated defaults): ESSA over GRPO "
+                           f"on Qwen2.5-32B {predicted[0]:.1f}x on 16 GPUs, {predicted[1]:.1f}x on 128 GPUs in time "
+                           "to a fixed number of rollouts, assuming both need the same rollouts to the accuracy")
+    assert "a model, not evidence" in claims.rule_text(claims.CLAIMS[1])
+
+
 def test_every_claim_states_its_rule_and_reads_not_run_without_results():
     rows = claims.check_all(evidence({}))
     assert [row["verdict"] for row in rows] == [NOT_RUN] * len(claims.CLAIMS)
