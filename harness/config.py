@@ -129,6 +129,19 @@ class TrainingConfig:
     """A loss, a perturbed member's weights or a training batch that is not finite (NaN or Inf):
     'skip' leaves it out (the member scores NaN and gets no weight in the update, the batch adds
     no gradient) and counts it (meter nonfinite); 'raise' stops the run with one line saying where."""
+    population: Literal["process", "ray"] = "process"
+    """Where a population method (ESSAM, ESSAM-F, RandOpt, CoRP) scores its perturbed members:
+    'process', one after another in the training job, or 'ray', spread over `population_workers` Ray
+    actors that each hold a copy of the model and follow its moves from their seeds; only seeds,
+    scalars and meters cross (logged: population_bytes_sent, population_bytes_received). The same
+    results bit for bit on the same hardware; a config running another method under 'ray' is refused."""
+    population_workers: Positive = 2
+    """Ray actors under population: 'ray', each with one copy of the model (and a GPU of its own when
+    training runs on CUDA)."""
+    ray_address: str | None = None
+    """The Ray cluster of population: 'ray': null starts a local Ray in each training job, a CPU per
+    worker; 'auto' joins the cluster `ray start` runs on this node; or the head's 'host:port'. Every
+    node must have nograd installed and see results/ (model, data, work directories) at the job's paths."""
 
 
 @dataclass
@@ -450,10 +463,33 @@ def validate(raw: Any, source: str = "config") -> Config:
         if unrun := sorted(set(by_method) - set(cfg.methods)):
             raise NogradError(f"{source}: {key} names {', '.join(map(repr, unrun))}, which this config does not run "
                               f"(methods: {', '.join(cfg.methods)})")
+    if cfg.training.population == "ray":
+        _check_ray(cfg, source)
     if cfg.sampler == "vllm" and importlib.util.find_spec("vllm") is None:
         raise NogradError(f"{source}: sampler: 'vllm' needs vLLM installed (pip install vllm, on a machine with a "
                           "CUDA GPU); 'torch' runs anywhere")
     return cfg
+
+
+def _check_ray(cfg: Config, source: str) -> None:
+    """training.population: ray runs only where Ray is installed, with the torch sampler, and only methods that
+    score their populations through `run.score_population` (their record's `workers`)."""
+    from methods import METHODS
+
+    if importlib.util.find_spec("ray") is None:
+        raise NogradError(f"{source}: training.population: 'ray' needs Ray installed (pip install ray); "
+                          "'process' runs anywhere")
+    if cfg.sampler == "vllm":
+        raise NogradError(f"{source}: training.population: 'ray' with sampler: 'vllm': the Ray workers roll out "
+                          "with nograd's torch sampler and hold no vLLM engine; use sampler: 'torch' or population: "
+                          "'process'")
+    if refused := [name for name in cfg.methods if not METHODS[name].workers]:
+        takes_part = ", ".join(m.name for m in sorted(METHODS.values(), key=lambda m: m.order)
+                               if m.workers and m.name != "base")
+        raise NogradError(f"{source}: training.population: 'ray' scores seeded populations on Ray workers, and "
+                          f"{', '.join(refused)} score{'s' if len(refused) == 1 else ''} none through "
+                          "run.score_population, so their training would ignore the workers: run them under "
+                          f"population: 'process' (ray runs {takes_part})")
 
 
 def load(path: str | Path) -> Config:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from evals.tasks.base import Problem, Task
     from harness.config import Config
     from harness.meters import Meters
+    from harness.perturb import NoiseMode
 
 Score = Literal["reward", "correctness"]
 """What a rollout's rewards are: correctness plus the format term (the training reward), or correctness alone."""
@@ -125,6 +126,10 @@ class Run(Protocol):
     """What the method must carry across a resume, saved with every checkpoint; a resume replaces the dict."""
     meters: Meters
     """The run's meters; a method only attaches a further model it runs (a reference model) so that it is counted."""
+    population_workers: int
+    """Members `score_population` scores side by side: 1 in the training process, `training.population_workers`
+    (one per Ray worker) under `training.population: ray`; a method that scores one member a step scores this
+    many per call instead, so that no worker waits."""
     work_dir: Path
     """A scratch directory of this run, outside the declared outputs (a library's own checkpoints), kept
     across a resume and removed once the run's artifact is written."""
@@ -146,6 +151,13 @@ class Run(Protocol):
                 score: Score = "reward") -> tuple[list[list[Completion]], np.ndarray]:
         """`n` completions per problem through the metered sampler, and their rewards [problems, n]: correctness
         plus `reward.format_weight` times the format term, or with `score="correctness"` correctness alone."""
+
+    def score_population(self, members: Sequence[Sequence[tuple[int, float]]], problems: Sequence[Problem],
+                         score: Score = "reward", noise: NoiseMode = "iid") -> np.ndarray:
+        """Greedy rollouts of `problems` by each member theta + sum_j c_j noise(s_j), given as its (seed,
+        coefficient) terms in noise mode `noise` (harness.perturb), scored as `rollout` scores: rewards
+        [members, problems], theta unchanged after. One member after another in the training process, or
+        spread over Ray workers under `training.population: ray`, with the same results, meters and draws."""
 
     def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
         """Greedy rollouts of every problem under each of the model's named LoRA `adapters`, in one batch;

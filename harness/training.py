@@ -23,11 +23,12 @@ from tqdm.auto import tqdm
 from evals.sampler import Completion, SamplingParams, prompt_text, sample
 from evals.tasks import get_task
 from evals.tasks.base import Problem, graded
-from harness import data, meters, models, perturb, tracking
+from harness import data, meters, models, perturb, population, tracking
 from harness.config import Config, config_hash
 from harness.contract import Artifact, Score
 from harness.errors import NogradError, one_line
 from harness.outputs import atomic_dir, finished, read_json, work_dir, write_json
+from harness.perturb import NoiseMode
 from methods import get_method
 
 HOLD_OUT_STREAM = 1
@@ -53,7 +54,7 @@ class Run:
         self.config, self.method, self.seed = cfg, method, seed
         self.task = get_task(task)
         self.train: list[Problem] = data.read_split(data_dir / "train.jsonl")
-        self.model_manifest = model_manifest
+        self.model_manifest, self.data_dir = model_manifest, data_dir
         self.model, self.tokenizer = models.load(model_manifest, cfg.dtype, cfg.device)
         self.meters = meters.Meters()
         self.meters.attach(self.model)
@@ -69,6 +70,7 @@ class Run:
         self._resume_point: dict | None = None
         self._loaded = False
         self._vllm = None  # the vLLM engine of `population_rollout` or `_mirror` under `sampler: vllm`
+        self._pool: population.Pool | None = None  # the Ray workers of `score_population` under `population: ray`
 
     # ------------------------------------------------------------------ data and reward
 
@@ -135,9 +137,19 @@ class Run:
         """`n` completions per problem through the metered sampler, and their rewards [problems, n]
         (`score`: the reward, or correctness alone; see `reward`). Inside a perturbation whose
         weights would not be finite, no completions and NaN rewards (`training.on_nonfinite`)."""
+        return self._rollout(problems, n, temperature, top_p, score, self._sampling_seed())
+
+    def _sampling_seed(self) -> int:
+        """The sampler's seed of one rollout, drawn from `rng` even for greedy decoding, which ignores
+        it: the run's draws then do not depend on how a method decodes."""
+        return int(self.rng.integers(2**31))
+
+    def _rollout(self, problems: Sequence[Problem], n: int, temperature: float, top_p: float, score: Score,
+                 seed: int) -> tuple[list[list[Completion]], np.ndarray]:
+        """`rollout` with its sampling seed given (a population worker's is drawn by the driver)."""
         params = SamplingParams(
             n=n, temperature=temperature, top_p=top_p, max_new_tokens=self.config.training.max_new_tokens,
-            seed=int(self.rng.integers(2**31)), batch_size=self.config.evaluation.batch_size,
+            seed=seed, batch_size=self.config.evaluation.batch_size,
         )
         if not self._member_finite():
             return [[] for _ in problems], np.full((len(problems), n), np.nan)
@@ -147,6 +159,36 @@ class Run:
             completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
         rewards = np.array([[self.reward(p, c.text, score) for c in row] for p, row in zip(problems, completions)])
         return completions, rewards
+
+    def score_population(self, members: Sequence[Sequence[tuple[int, float]]], problems: Sequence[Problem],
+                         score: Score = "reward", noise: NoiseMode = "iid") -> np.ndarray:
+        """Greedy rollouts of `problems` by each member theta + sum_j c_j noise(s_j), a member given as its
+        (seed, coefficient) terms in noise mode `noise`, scored as `rollout` scores them: rewards [members,
+        problems]. In the training process one member after another (perturbed, rolled out, restored),
+        or under `training.population: ray` spread over the run's Ray workers (harness/population.py):
+        the same rewards, meters and draws from `rng` either way, a sampling seed per member, in order."""
+        members = [list(terms) for terms in members]
+        seeds = [self._sampling_seed() for _ in members]
+        if self.config.training.population == "process":
+            return self._score_members(members, problems, score, noise, seeds)
+        if self._pool is None:
+            self._pool = population.Pool(self)
+        return self._pool.score(members, seeds, problems, score, noise, self._step)
+
+    def _score_members(self, members: list[list[tuple[int, float]]], problems: Sequence[Problem], score: Score,
+                       noise: NoiseMode, seeds: list[int]) -> np.ndarray:
+        """`score_population` here, each member rolled out with its sampling seed: what a worker runs too."""
+        rewards = []
+        for terms, seed in zip(members, seeds):
+            with perturb.perturbed(perturb.trainable(self.model), terms, noise):
+                rewards.append(self._rollout(problems, 1, 0.0, 1.0, score, seed)[1][:, 0])
+        return np.array(rewards).reshape(len(members), len(problems))
+
+    @property
+    def population_workers(self) -> int:
+        """Members `score_population` scores side by side: 1 here, one per Ray worker under `population: ray`."""
+        training = self.config.training
+        return training.population_workers if training.population == "ray" else 1
 
     def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
         """Greedy rollouts of every problem under each LoRA adapter in `adapters`, all in one
@@ -267,8 +309,11 @@ class Run:
     def log(self, logged_elsewhere: dict[str, float] | None = None, **metrics: float) -> None:
         """Step metrics (the method's own), logged beside every meter at the current step.
         `logged_elsewhere` holds metrics a library already logs to the same MLflow run (TRL's
-        loss and reward): they join the history (and the report's curves) but are not logged twice."""
+        loss and reward): they join the history (and the report's curves) but are not logged twice.
+        Under `training.population: ray` the row also holds the step's traffic with the workers."""
         record = {**{k: float(v) for k, v in metrics.items()}, **self.meters.snapshot()}
+        if self.config.training.population == "ray":  # the bytes the step's population and moves took
+            record.update(self._pool.traffic() if self._pool else population.NO_TRAFFIC)
         self.history.append({"step": self._step, **record,
                              **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
         mlflow.log_metrics({k: v for k, v in record.items() if math.isfinite(v)}, step=self._step)
@@ -437,9 +482,15 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     }
     with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
         run_id_file.write_text(active.info.run_id)
-        artifact = with_noise_device(spec.train(cfg.methods[method], run), perturb.noise_device(run.model.device))
+        try:
+            artifact = with_noise_device(spec.train(cfg.methods[method], run), perturb.noise_device(run.model.device))
+        finally:
+            if run._pool is not None:
+                run._pool.close()
         run.meters.disk_sample()
         final = run.meters.snapshot()
+        if cfg.training.population == "ray":
+            final.update(population.totals(run.history, cfg.training.population_workers))
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
         mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})
         result = {"method": method, "task": task, "seed": seed, "run_id": active.info.run_id,

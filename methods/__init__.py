@@ -59,6 +59,10 @@ class Method:
     training problems, before it runs (`nograd plan`; `model` has the model's modules, perhaps on
     the meta device, for a cost that depends on its shape); tests/test_methods.py holds it to the
     meters. None: not foreseen."""
+    workers: bool = False
+    """Runs under `training.population: ray`: it scores its perturbed members only through
+    `run.score_population`, which spreads them over Ray workers, or trains nothing (the base model).
+    A config running any other method under ray is refused: its training would not use the workers."""
 
 
 METHODS: dict[str, Method] = {}
@@ -66,7 +70,8 @@ METHODS: dict[str, Method] = {}
 
 def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
              paper: str = "", bibtex: str = "", tiny: dict | None = None,
-             queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None) -> Callable:
+             queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None,
+             workers: bool = False) -> Callable:
     """Register a method's train function under `name` with its record (see `Method`)."""
 
     def decorate(train: Callable) -> Callable:
@@ -74,7 +79,7 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
             raise ValueError(f"method {name!r} is registered twice")
         METHODS[name] = Method(name, config, train, display, order,
                                (outputs,) if isinstance(outputs, str) else tuple(outputs), paper, bibtex.strip(),
-                               dict(tiny or {}), queries)
+                               dict(tiny or {}), queries, workers)
         return train
 
     return decorate
