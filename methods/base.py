@@ -12,6 +12,6 @@ class BaseConfig:
 
 
 @register("base", config=BaseConfig, display="Base model", order=0, outputs="model",
-          queries=lambda config, train, model: Queries())
+          queries=lambda config, train, model: Queries(), workers=True)
 def train(config: BaseConfig, run: Run) -> Artifact:
     return run.base_artifact()

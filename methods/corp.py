@@ -71,7 +71,7 @@ from harness.errors import NogradError
 from harness.fitness import softmax
 from harness.perturb import combine_, trainable
 from methods import register
-from methods.randopt import check_slice, discover, rewards_at, train_slice
+from methods.randopt import check_slice, discover, train_slice
 
 EPS = 1e-12
 
@@ -280,6 +280,13 @@ def sample_local(rng: np.random.Generator, size: int, sigma: float, iso_lambda: 
 # ---------------------------------------------------------------- the stages
 
 
+def rewards_of(run: Run, config: CoRPConfig, vectors: Sequence[np.ndarray], basis: Sequence[int],
+               problems) -> np.ndarray:
+    """Per-example scores [candidates, problems] of theta + each coefficient vector, a population scored at once."""
+    return run.score_population([terms(vector, basis) for vector in vectors], problems, score=config.score,
+                                noise=config.noise)
+
+
 def commit(run: Run, config: CoRPConfig, direction: Direction, support) -> None:
     """Move the centre by `direction` in place and score it on the whole support set."""
     combine_(trainable(run.model), list(direction.items()), config.noise)
@@ -293,14 +300,13 @@ def collapse(run: Run, config: CoRPConfig, support, probe) -> None:
     """Stage 1: the (q, beta, s) grid on the probe set; the best candidate becomes the centre."""
     members, rewards = run.state["members"], np.asarray(run.state["rewards"])
     population, basis = stack([{seed: sigma} for seed, sigma in members])
+    grid = [(merge(population, rewards, q, beta, config.rank), q, beta) for q in config.q_grid
+            for beta in config.beta_grid]
+    grid = [(merged, q, beta, scale) for merged, q, beta in grid for scale in config.scale_grid]
     best = None
-    for q in config.q_grid:
-        for beta in config.beta_grid:
-            merged = merge(population, rewards, q, beta, config.rank)
-            for scale in config.scale_grid:
-                probe_rewards = rewards_at(run, terms(scale * merged.delta, basis), probe, config.noise, config.score)
-                if best is None or mean_or_worst(probe_rewards) > mean_or_worst(best[0]):
-                    best = (probe_rewards, merged, q, beta, scale)
+    for probe_rewards, point in zip(rewards_of(run, config, [s * m.delta for m, _, _, s in grid], basis, probe), grid):
+        if best is None or mean_or_worst(probe_rewards) > mean_or_worst(best[0]):
+            best = (probe_rewards, *point)
     probe_rewards, merged, q, beta, scale = best
 
     by_sigma = {s: [r for (_, sigma), r in zip(members, rewards) if sigma == s] for s in config.sigmas}
@@ -325,13 +331,10 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
     select, gate = [support[i] for i in state["select"]], [support[i] for i in state["gate"]]
     centre_select, centre_gate = state["centre_support"][state["select"]], state["centre_support"][state["gate"]]
 
-    def score(vector, basis, problems):
-        return rewards_at(run, terms(vector, basis), problems, config.noise, config.score)
-
     # Local population around the centre, scored on the select half.
     candidates = sample_local(run.rng, config.local_population, state["sigma"], state["iso_lambda"], *state["search"])
     population, basis = stack(candidates)
-    select_rewards = [score(row, basis, select) for row in population]
+    select_rewards = rewards_of(run, config, population, basis, select)
     scores = np.array([constructive(r, centre_select, config.regression_lambda)[0] for r in select_rewards])
     state["perturbations"] += len(candidates)
 
@@ -347,17 +350,16 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
     # Merged proposals, ranked on the select half, gated on the other half.
     accuracy = np.array([r.mean() for r in select_rewards])
     steps = sorted({max(state["eta"] * f, 1e-8) for f in config.step_factors})
+    moves = [(eta, unit(merge(population, accuracy, q, beta, config.rank).delta)) for q in config.q_grid
+             for beta in config.beta_grid for eta in steps]
     proposals = []
-    for q in config.q_grid:
-        for beta in config.beta_grid:
-            direction = unit(merge(population, accuracy, q, beta, config.rank).delta)
-            for eta in steps:
-                select_score, net = constructive(score(eta * direction, basis, select), centre_select,
-                                                 config.regression_lambda)
-                gate_rewards = score(eta * direction, basis, gate)
-                gate_score = constructive(gate_rewards, centre_gate, config.regression_lambda)[0]
-                gate_lcb = paired_lcb(gate_rewards, centre_gate, config.gate_z)
-                proposals.append((select_score, net, gate_score > 0 and gate_lcb > 0, gate_lcb, eta, direction))
+    vectors = [eta * direction for eta, direction in moves]
+    for (eta, direction), on_select, gate_rewards in zip(moves, rewards_of(run, config, vectors, basis, select),
+                                                         rewards_of(run, config, vectors, basis, gate)):
+        select_score, net = constructive(on_select, centre_select, config.regression_lambda)
+        gate_score = constructive(gate_rewards, centre_gate, config.regression_lambda)[0]
+        gate_lcb = paired_lcb(gate_rewards, centre_gate, config.gate_z)
+        proposals.append((select_score, net, gate_score > 0 and gate_lcb > 0, gate_lcb, eta, direction))
     state["perturbations"] += len(proposals)
     ranked = sorted(proposals, key=lambda p: (p[0], p[1]), reverse=True)  # stable: grid order breaks ties
     _, _, gate_passed, gate_lcb, eta, direction = next((p for p in ranked if p[2]), ranked[0])
@@ -368,10 +370,10 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
     if gate_passed:
         line = None
         state["perturbations"] += len(config.line_search)
-        for alpha in config.line_search:
-            probe_rewards = score(alpha * eta * direction, basis, probe)
+        points = [alpha * eta for alpha in config.line_search]
+        for probe_rewards, point in zip(rewards_of(run, config, [p * direction for p in points], basis, probe), points):
             if line is None or mean_or_worst(probe_rewards) > mean_or_worst(line[0]):
-                line = (probe_rewards, alpha * eta)
+                line = (probe_rewards, point)
         probe_rewards, eta = line
         metrics["probe_lcb"] = paired_lcb(probe_rewards, state["probe_rewards"], config.gate_z)
         if metrics["probe_lcb"] > 0 and probe_rewards.mean() >= state["probe_rewards"].mean() + config.accept_epsilon:
@@ -424,7 +426,7 @@ BIBTEX = """
                 "COLM Efficient Reasoning workshop (arXiv 2605.31494)",
           tiny={"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
                 "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
-                "line_search": [1.0]}, queries=queries)
+                "line_search": [1.0]}, queries=queries, workers=True)
 def train(config: CoRPConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     probe = train_slice(run, config.support_size, config.probe_size, "probe set")

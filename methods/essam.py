@@ -58,6 +58,8 @@ from methods import register
 
 Members = list[tuple[int, float]]
 """A population as (seed, sign): member i is theta + sign_i sigma noise(seed_i)."""
+Scorer = Callable[[list[list[tuple[int, float]]]], np.ndarray]
+"""The reward R_i of each member theta + sum_j c_j eps_j, given as its (seed, coefficient) terms."""
 
 
 @dataclass
@@ -108,14 +110,22 @@ def even_when_antithetic(config: ESSAMConfig, key: str) -> None:
                          "pairs theta +- sigma eps)")
 
 
-def population_rewards(params: Sequence[torch.Tensor], members: Members, sigma: float, reward: Callable[[], float],
-             noise: NoiseMode) -> np.ndarray:
-    """R_i = reward() at theta + sign_i sigma eps_i, for each member: perturb in place, evaluate, restore."""
-    rewards = []
-    for seed, sign in members:
-        with perturbed(params, [(seed, sign * sigma)], noise):
-            rewards.append(float(reward()))
-    return np.asarray(rewards)
+def in_place(params: Sequence[torch.Tensor], reward: Callable[[], float], noise: NoiseMode) -> Scorer:
+    """Scores members one after another: perturb `params` in place, call reward(), restore."""
+
+    def score(members: list[list[tuple[int, float]]]) -> np.ndarray:
+        rewards = []
+        for member in members:
+            with perturbed(params, member, noise):
+                rewards.append(float(reward()))
+        return np.asarray(rewards)
+
+    return score
+
+
+def population_rewards(members: Members, sigma: float, score: Scorer) -> np.ndarray:
+    """R_i at theta + sign_i sigma eps_i, for each member."""
+    return score([[(seed, sign * sigma)] for seed, sign in members])
 
 
 def terms(members: Members, weights: np.ndarray, scale: float) -> list[tuple[int, float]]:
@@ -134,21 +144,23 @@ def sam_ascent(params: Sequence[torch.Tensor], members: Members, rewards: np.nda
     return terms(members, fitness.zscore(rewards), -config.rho / len(members)), {}
 
 
-def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float], rng: np.random.Generator,
-               config: ESSAMConfig) -> dict[str, float]:
+def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float] | None, rng: np.random.Generator,
+               config: ESSAMConfig, score: Scorer | None = None) -> dict[str, float]:
     """One ESSAM (or, with an ESSAMFConfig, ESSAM-F) step on `params` in place.
 
-    `reward()` scores the parameters as they are when it is called (in training: the mean reward
-    of greedy rollouts on the step's batch). Returns the step's metrics; `evaluations` is the
-    number of reward() calls, i.e. of perturbed models scored.
+    `reward()` scores the parameters as they are when it is called; or `score(members)` scores a
+    whole population around them at once (in training: `run.score_population`, the mean reward of
+    greedy rollouts on the step's batch, perhaps on workers). Returns the step's metrics;
+    `evaluations` is the number of perturbed models scored.
     """
+    score = score or in_place(params, reward, config.noise)
     sam_size = config.sam_population_size if isinstance(config, ESSAMFConfig) else config.population_size
     members = population(rng, sam_size, config.antithetic)
-    rewards = population_rewards(params, members, config.sigma, reward, config.noise)
+    rewards = population_rewards(members, config.sigma, score)
     ascent, metrics = sam_ascent(params, members, rewards, config)
     combine_(params, ascent, config.noise)
     adversarial = population(rng, config.population_size, config.antithetic)
-    adversarial_rewards = population_rewards(params, adversarial, config.sigma, reward, config.noise)
+    adversarial_rewards = population_rewards(adversarial, config.sigma, score)
     combine_(params, [(seed, -c) for seed, c in ascent], config.noise)
     step = terms(adversarial, fitness.zscore(adversarial_rewards), config.alpha / len(adversarial))
     combine_(params, step, config.noise)
@@ -166,7 +178,8 @@ def train(config: ESSAMConfig, run: Run) -> Artifact:
     params = trainable(run.model)
     for _ in run.steps(config.steps):
         batch = run.batch(config.batch_size)
-        metrics = essam_step(params, lambda: run.rollout(batch)[1].mean(), run.rng, config)
+        metrics = essam_step(params, None, run.rng, config,
+                             score=lambda members: run.score_population(members, batch, noise=config.noise).mean(1))
         run.log(rollouts=metrics.pop("evaluations") * len(batch), **metrics)
     return run.save_model()
 
@@ -184,7 +197,7 @@ BIBTEX = """
 }"""  # noqa: E501
 TINY = {"steps": 1, "batch_size": 2, "population_size": 2}
 register("essam", config=ESSAMConfig, display="ESSAM", order=60, outputs="model", paper=PAPER, bibtex=BIBTEX,
-         tiny=TINY, queries=queries)(train)
+         tiny=TINY, queries=queries, workers=True)(train)
 register("essam_f", config=ESSAMFConfig, display="ESSAM-F", order=70, outputs="model",
          paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX, tiny={**TINY, "sam_population_size": 2},
-         queries=queries)(train)
+         queries=queries, workers=True)(train)

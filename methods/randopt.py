@@ -21,8 +21,10 @@ As in the code, every tensor is re-seeded with the member's seed (`noise: shared
 is scored by correctness alone (`score: correctness`); `noise: iid` and `score: reward` (the
 harness's training reward, correctness plus its format term) are ablations.
 
-Stage 0 of CoRP (`methods/corp.py`) is this discovery loop: `discover` and `rewards_at` are
-shared with it.
+Each step scores one member, or, where the run scores several side by side (`run.population_workers`,
+under `training.population: ray`), the next members at once, then logs them a step each.
+
+Stage 0 of CoRP (`methods/corp.py`) is this discovery loop: `discover` is shared with it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from harness.config import Positive, Range
 from harness.contract import Artifact, Queries, Run
 from harness.errors import NogradError
 from harness.fitness import top_k
-from harness.perturb import NoiseMode, perturbed, trainable
+from harness.perturb import NoiseMode
 from methods import register
 
 
@@ -82,29 +84,24 @@ def train_slice(run: Run, start: int, size: int, what: str) -> list[Problem]:
     return run.train[start : start + size]
 
 
-def rewards_at(run: Run, terms: Sequence[tuple[int, float]], problems: Sequence[Problem], noise: NoiseMode,
-               score: str) -> np.ndarray:
-    """Greedy-rollout score per problem (`score`: correctness or reward) of theta + sum_j c_j eps(s_j);
-    theta is restored after."""
-    with perturbed(trainable(run.model), terms, noise):
-        return run.rollout(problems, score=score)[1][:, 0]
-
-
 def discover(run: Run, step: int, population: int, sigmas: Sequence[float], support: Sequence[Problem],
              noise: NoiseMode, score: str) -> None:
     """Score member `step` of the seeded population on the support set (RandOpt; CoRP's stage 0).
 
     The members are drawn at step 0 and kept in `run.state` with their rewards, so a resumed run
-    carries on with the same population.
+    carries on with the same population. Members are scored `run.population_workers` at a time, at
+    the first step of each such group, whose rewards the state then holds for the group's steps.
     """
     if step == 0:
         seeds = run.rng.choice(2**31, size=population, replace=False)
         run.state["members"] = list(zip(seeds.tolist(), run.rng.choice(sigmas, size=population).tolist()))
         run.state["rewards"] = []
-    seed, sigma = run.state["members"][step]
-    reward = float(rewards_at(run, [(seed, sigma)], support, noise, score).mean())
-    run.state["rewards"].append(reward)
-    run.log(reward=reward, sigma=sigma, perturbations=step + 1)
+    rewards = run.state["rewards"]
+    if step == len(rewards):
+        group = run.state["members"][step : step + run.population_workers]
+        scored = run.score_population([[member] for member in group], support, score=score, noise=noise)
+        rewards += [float(row.mean()) for row in scored]
+    run.log(reward=rewards[step], sigma=run.state["members"][step][1], perturbations=step + 1)
 
 
 def select(rewards: Sequence[float], k: int) -> list[int]:
@@ -134,7 +131,7 @@ BIBTEX = """
 @register("randopt", config=RandOptConfig, display="RandOpt", order=80, outputs="ensemble", bibtex=BIBTEX,
           paper="Gan & Isola 2026, Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights, "
                 "ICML (arXiv 2603.12228)",
-          tiny={"population": 3, "top_k": 2, "support_size": 2}, queries=queries)
+          tiny={"population": 3, "top_k": 2, "support_size": 2}, queries=queries, workers=True)
 def train(config: RandOptConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     for step in run.steps(config.population):

@@ -12,6 +12,7 @@ import torch
 
 from evals.tasks import Problem, Task
 from harness.outputs import write_json
+from harness.perturb import perturbed, trainable
 from harness.training import Run
 
 SOLUTION = "a" * 12  # 'a' is 97: every character odd
@@ -54,10 +55,12 @@ class SyntheticRun:
     direction u by more than its threshold tau_j: reward_j(theta) = 1[<theta - theta_0, u> > tau_j].
 
     `rollout` returns these 0/1 rewards for the current parameters and keeps, in `scores`, what
-    each call asked for (`score`: reward or correctness); `train`, `rng`, `state`, `steps`, `log`
+    each call asked for (`score`: reward or correctness); `score_population` rolls out each member
+    so, in place, as the harness does in one process; `train`, `rng`, `state`, `steps`, `log`
     and the artifact helpers behave as the real run's (no checkpoints, no `evaluate` in `steps`)."""
 
     method = "synthetic"
+    population_workers = 1
 
     def __init__(self, thresholds, seed: int = 0):
         generator = torch.Generator().manual_seed(seed)
@@ -93,6 +96,13 @@ class SyntheticRun:
         self.rollouts += 1
         self.scores.append(score)
         return None, np.repeat(self.rewards(problems)[:, None], n, axis=1)
+
+    def score_population(self, members, problems, score: str = "reward", noise: str = "iid") -> np.ndarray:
+        rewards = []
+        for terms in members:
+            with perturbed(trainable(self.model), terms, noise):
+                rewards.append(self.rollout(problems, score=score)[1][:, 0])
+        return np.array(rewards).reshape(len(members), len(problems))
 
     def steps(self, total: int, evaluate=None, eval_every: int = 0):
         for step in range(total):
