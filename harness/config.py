@@ -211,7 +211,9 @@ class Config:
     """What each job holds of a GPU machine; where a job runs changes none of its results, so jobs
     are not rerun when these change."""
     tracking_uri: str = "sqlite:///results/mlflow.db"
-    """MLflow tracking URI (SQLite; relative paths are relative to the working directory)."""
+    """MLflow tracking URI: a SQLite file for one machine (relative paths are relative to the working
+    directory), or for jobs on many machines a database (postgresql://user:password@host/db) or an
+    MLflow server (http://host:port; `make mlflow-server` starts one on a PostgreSQL of its own)."""
 
 
 PAPER_SCALE = {

@@ -165,7 +165,7 @@ def test_the_ui_url_the_readme_gives_opens_on_the_runs_table(tmp_path, monkeypat
                       "machine_learning"
         command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-                   f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=30000", "--dump-dom", url]
+                   f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", url]
         dom = subprocess.run(command, capture_output=True, text=True, timeout=180).stdout
     text = re.sub(r"(\s*<[^>]+>\s*)+", "|", re.sub(r"<(script|style).*?</\1>", "", dom, flags=re.S))
     assert "<title>Runs - Experiment" in dom and "|Run Name|" in text and "|2|matching runs|" in text, text[:2000]
