@@ -97,7 +97,7 @@ def main() -> None:
         element_bytes = run.model.dtype.itemsize
         grad_bytes = trainable * element_bytes
         exact = len(weights.masters) == len(weights)
-        process_step_s = args.members * member_s + update_s
+        process_step_s = args.members * member_s + update_s  # one process: one copy to move
 
         # (b) under Ray, 1 and 2 workers
         measured = {}
@@ -121,13 +121,15 @@ def main() -> None:
                 "latency_s": statistics.median(round_trips) / 2}
     
     # The model's ES step with this machine's inputs: each worker scores ceil(N/G) members; with fp32
-    # weights (no masters) every worker also replays the members it does not score.
+    # weights (no masters) every worker also replays the members it does not score. The update is
+    # paid twice in a row: the driver holds a model too and moves it first, and the pool hands the
+    # seeds to the workers after it (harness/population.py, a mirror of the driver's weights).
     check = {}
     for workers, point in measured.items():
         share = math.ceil(args.members / workers)
         replays = 0 if exact else args.members - share
         link = cm.Link(LOOPBACK_BANDWIDTH, point["latency_s"])
-        predicted = cm.es_step_seconds(args.members, workers, member_s, update_s + replays * replay_s,
+        predicted = cm.es_step_seconds(args.members, workers, member_s, 2 * update_s + replays * replay_s,
                                        point["bytes_sent"], point["bytes_received"], link)
         check[workers] = {"predicted_s": predicted, "measured_s": point["step_s"],
                           "relative_error": predicted / point["step_s"] - 1}
