@@ -67,8 +67,6 @@ def cmd_init_tracking(args) -> None:
 
 
 def cmd_mlflow_ui(args) -> None:
-    import os
-
     from harness import tracking
     from harness.outputs import read_json
 
@@ -82,27 +80,16 @@ def cmd_mlflow_ui(args) -> None:
         return
     print(f"runs: {tracking.runs_url(f'http://{tracking.HOST}:{args.port}', coordinates['experiment_id'])}",
           flush=True)
-    command = tracking.server_command(uri, args.port)
-    os.execv(command[0], command)  # the server in place of this process: Ctrl-C stops it
+    tracking.serve(uri, args.port)
 
 
 def cmd_mlflow_server(args) -> None:
-    import signal
-    import subprocess
-
     from harness import tracking
 
-    # Stopped by a signal (a scheduler's, `kill`), stop the server and PostgreSQL as on Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with tracking.postgres(args.data, args.database_port) as database:
+    with tracking.postgres(args.data, args.database_port) as database:  # stopped after the server, however it ends
         print(f"MLflow server on PostgreSQL ({database}, data in {args.data}): set tracking_uri: "
               f"http://{tracking.HOST}:{args.port} in the config; Ctrl-C stops both", flush=True)
-        try:
-            subprocess.run(tracking.server_command(database, args.port), check=True)
-        except KeyboardInterrupt:
-            pass
-        except subprocess.CalledProcessError as error:
-            raise NogradError(f"mlflow server exited with status {error.returncode} (its output is above)") from None
+        tracking.serve(database, args.port)
 
 
 def cmd_train(args) -> None:

@@ -155,10 +155,32 @@ def runs_url(base: str, experiment_id: str) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
-def server_command(backend_store_uri: str, port: int) -> list[str]:
-    """`mlflow server` on loopback for `backend_store_uri`: the UI and, for many writers, the tracking API."""
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
-            "--host", HOST, "--port", str(port), "--workers", "1"]
+def serve(backend_store_uri: str, port: int) -> None:
+    """`mlflow server` on loopback for `backend_store_uri` (the UI and, for many writers, the tracking
+    API) until it exits, or until this process is interrupted (Ctrl-C) or terminated (SIGTERM), which
+    stop the server with every process it started: `mlflow server` runs its web server (uvicorn)
+    as a child that a signal to it alone would leave running."""
+    import signal
+
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
+               "--host", HOST, "--port", str(port), "--workers", "1"]
+    server = subprocess.Popen(command, start_new_session=True)  # its own process group, stopped whole below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    status = 0
+    try:
+        status = server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)  # the group outlives its leader while uvicorn runs
+            server.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+    if status:
+        raise NogradError(f"mlflow server exited with status {status} (its output is above)")
 
 
 def _postgres_bin(name: str) -> str:

@@ -118,6 +118,8 @@ def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+    with socket.socket() as probe:  # `mlflow server` serves from a child process, which must stop too
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{' '.join(command)} left its server running"
 
 
 POSTGRES = shutil.which("initdb") or next(iter(Path("/usr/lib/postgresql").glob("*/bin/initdb")), None)
