@@ -31,8 +31,10 @@ from methods import METHODS
 REPO = Path(__file__).resolve().parent.parent
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 
-BASE = tiny_config("model", **{name: method.tiny for name, method in METHODS.items()})
-"""Every registered task and method, at the methods' tiny settings: a config that validates."""
+BASE = tiny_config("model", **{name: copy.deepcopy(method.tiny) for name, method in METHODS.items()})
+"""Every registered task and method, at the methods' tiny settings: a config that validates. Each
+method's settings are its own copy: ESSA's tiny settings extend SFT's, and a list the two shared
+would take a value written at one key to the other too."""
 SCHEMA = config.schema()
 CROSS_CHECKED = {"randopt": {"population", "top_k"}, "corp": {"support_size", "rounds"},
                  "grpo": {"prompts_per_step", "num_generations", "micro_batch_size"},

@@ -55,7 +55,7 @@ def test_report_opens_in_chromium_and_its_figures_load(tmp_path):
     assert found, "the page did not finish loading in Chromium"
     images = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     figures = sorted(name for name in written if name.endswith(".png"))
-    assert len(images) == len(figures) == 3 * 3 + 1
+    assert len(images) == len(figures) == 3 * 3 + 2  # per task: pass@k, cost, curves; memory; the cluster model
     for image in images:
         assert image["complete"] and image["width"] > 0 and image["height"] > 0, image
     # Decoded at the size they were drawn: each figure's pixel width is one of the PNGs' widths.

@@ -44,11 +44,16 @@ def write_one_run(coordinates: dict, cfg: config.Config, index: int, start, arti
         mlflow.log_artifact(str(path))
 
 
+CONTEXT = multiprocessing.get_context("forkserver")
+"""Writers are forked from a fresh server process, with MLflow and the harness imported once: fast to
+start, and free of the threads this test process may hold (a fork keeps their locks, not them)."""
+CONTEXT.set_forkserver_preload(["harness.tracking"])
+
+
 def concurrently(count: int, coordinates_of, cfg: config.Config, artifacts: Path) -> None:
     """`count` writers released together, writer i to `coordinates_of(i)`; each must exit 0."""
-    context = multiprocessing.get_context("fork")  # after the imports: each writer starts in milliseconds
-    start = context.Barrier(count)
-    processes = [context.Process(target=write_one_run, args=(coordinates_of(i), cfg, i, start, artifacts))
+    start = CONTEXT.Barrier(count)
+    processes = [CONTEXT.Process(target=write_one_run, args=(coordinates_of(i), cfg, i, start, artifacts))
                  for i in range(count)]
     for process in processes:
         process.start()
@@ -57,15 +62,18 @@ def concurrently(count: int, coordinates_of, cfg: config.Config, artifacts: Path
     assert [p.exitcode for p in processes] == [0] * count, "a writer failed (its traceback is above)"
 
 
+def _call(queue, function, args) -> None:
+    queue.put(function(*args))
+
+
 def in_child(function, *args):
-    """`function(*args)` in a forked process, so that this one never opens the store before the writers fork."""
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    process = context.Process(target=lambda: queue.put(function(*args)))
+    """`function(*args)` in a process of its own, so that this one never opens the store the writers use."""
+    queue = CONTEXT.Queue()
+    process = CONTEXT.Process(target=_call, args=(queue, function, args))
     process.start()
-    result = queue.get(timeout=120)
-    process.join()
-    return result
+    process.join(timeout=120)
+    assert process.exitcode == 0, f"{function.__name__} failed in its process (its traceback is above)"
+    return queue.get(timeout=10)
 
 
 def assert_nothing_lost(tracking_uri: str, cfg: config.Config, count: int) -> None:
