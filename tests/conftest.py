@@ -156,3 +156,12 @@ def assert_as_planned(planned, meters: dict) -> None:
     for name in PLANNED:
         foreseen, spent = getattr(planned, name), meters[name]
         assert spent <= foreseen if planned.bound else spent == foreseen, f"{name}: {spent} spent, {foreseen} planned"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now: for the servers and daemons a test starts."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

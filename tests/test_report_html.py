@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import matplotlib.image
 import pytest
@@ -28,11 +29,13 @@ window.addEventListener("load", () => {
 """
 
 
-def browse(html_file, profile) -> str:
-    """The DOM of `html_file` after Chromium loaded it, with no network and a throwaway profile."""
+def browse(page, profile) -> str:
+    """The DOM of `page` (a file, or a URL) after Chromium loaded it, with a throwaway profile and no
+    network but loopback."""
     command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-               "--virtual-time-budget=10000", "--dump-dom", html_file.as_uri()]
+               "--disable-quic", "--virtual-time-budget=10000", "--dump-dom",
+               page.as_uri() if isinstance(page, Path) else page]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import tiny_config
+from conftest import free_port, tiny_config
 from evals.tasks import TASKS
 from fingerprint import assert_unchanged
 
@@ -27,11 +27,6 @@ REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "squeue", "scancel", "unshare", "mount")
 PARTITION, ACCOUNT = "debug", "nograd"
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def tails(folder: Path, lines: int = 15) -> str:

@@ -21,7 +21,10 @@ from typing import Iterator
 import mlflow
 import pytest
 
+from conftest import free_port
 from harness import config, tracking
+from harness.errors import NogradError
+from test_report_html import BROWSER, browse
 
 STEPS = 5
 """Metric steps each writer logs."""
@@ -100,12 +103,6 @@ def test_eight_writers_on_sqlite_lose_nothing(tmp_path, monkeypatch):
     assert_nothing_lost(cfg.tracking_uri, cfg, 8)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
     """`command` (a nograd command that serves MLflow on `port`) running until the block ends; its first line."""
@@ -130,7 +127,10 @@ def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
         assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{' '.join(command)} left its server running"
 
 
-POSTGRES = shutil.which("initdb") or next(iter(Path("/usr/lib/postgresql").glob("*/bin/initdb")), None)
+try:
+    POSTGRES = tracking._postgres_bin("initdb")  # where `nograd mlflow-server` looks for it
+except NogradError:
+    POSTGRES = None
 
 
 @pytest.mark.skipif(POSTGRES is None, reason="PostgreSQL's server is not installed (Debian: apt-get install "
@@ -156,9 +156,6 @@ def test_sixteen_writers_on_postgresql_through_the_server_and_directly_lose_noth
         shutil.rmtree(data, ignore_errors=True)
 
 
-BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.skipif(BROWSER is None, reason="chromium is not installed (Debian: apt-get install -y chromium; "
                                              "`make test` installs it where apt-get can)")
 def test_the_ui_url_the_readme_gives_opens_on_the_runs_table(tmp_path, monkeypatch):
@@ -173,10 +170,7 @@ def test_the_ui_url_the_readme_gives_opens_on_the_runs_table(tmp_path, monkeypat
         url = said.removeprefix("runs: ").strip()
         assert url == f"http://127.0.0.1:{port}/#/experiments/{coordinates['experiment_id']}/runs?workflowType=" \
                       "machine_learning"
-        command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-                   f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", url]
-        dom = subprocess.run(command, capture_output=True, text=True, timeout=180).stdout
+        dom = browse(url, tmp_path / "profile")
     text = re.sub(r"(\s*<[^>]+>\s*)+", "|", re.sub(r"<(script|style).*?</\1>", "", dom, flags=re.S))
     assert "<title>Runs - Experiment" in dom and "|Run Name|" in text and "|2|matching runs|" in text, text[:2000]
     assert "|writer 0|" in text and "|writer 1|" in text, "the runs table lists the runs by name"
