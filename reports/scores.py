@@ -4,11 +4,10 @@ Each evaluation's `completions.jsonl` holds every greedy and sampled completion 
 `collect` reduces it to one row per problem (greedy correctness, correct samples out of n), and
 the report compares two methods problem by problem: a method's per-problem score is its mean
 over seeds, the difference is taken on the problems both were scored on, and its interval is
-evals/passk.py's two-level bootstrap: each method's seeds resampled on their own, then the shared
-problems once for both. Pairing removes the part of the uncertainty that comes from which
-problems are in the test set and is shared by both methods, so a paired interval is narrower
-than the two methods' intervals side by side; resampling the seeds keeps the part that comes
-from which training runs happened to be drawn.
+evals/intervals.py's crossed seeds x problems interval. Pairing by problem removes the part of the
+uncertainty that comes from which problems are in the test set and is shared by both methods;
+each method's seed term keeps the part that comes from which training runs happened to be drawn,
+and methods whose seed k shares work (header `paired_seeds`) are compared seed by seed.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE, combination_ci, mean_ci, pass_at_k
+from evals.intervals import DEFAULT_CONFIDENCE, crossed
+from evals.passk import pass_at_k
 
 GREEDY = "greedy"
 PASS = "pass@k"
@@ -52,20 +52,42 @@ def read_completions(path: Path, greedy_texts: dict[str, str] | None = None) -> 
 
 @dataclass(frozen=True)
 class Intervals:
-    """How every interval of the report is made: evals/passk.py's bootstrap, with these settings."""
+    """How every interval of the report is made: evals/intervals.py's crossed seeds x problems
+    interval at `confidence`, seeds paired where two methods' seed k share work."""
 
-    bootstrap_samples: int = DEFAULT_BOOTSTRAP_SAMPLES
     confidence: float = DEFAULT_CONFIDENCE
-    seed: int = 0
+    paired: tuple[tuple[str, str], ...] = ()
+    """Pairs of methods whose seed k shares work (ESSA's seed k starts from SFT's seed k)."""
 
     def mean(self, values) -> dict:
-        """Mean of one value per problem, or of a (seeds x problems) matrix (two-level bootstrap)."""
-        return mean_ci(values, bootstrap_samples=self.bootstrap_samples, confidence=self.confidence, seed=self.seed)
+        """Mean of one value per problem, or of a (seeds x problems) matrix."""
+        return self.combination([values], [1.0])
 
-    def combination(self, terms, coefficients) -> dict:
-        """sum_i c_i x mean(terms[i]) over the same problems (see evals.passk.combination_ci)."""
-        return combination_ci(terms, coefficients, bootstrap_samples=self.bootstrap_samples,
-                              confidence=self.confidence, seed=self.seed)
+    def combination(self, terms, coefficients, methods=None) -> dict:
+        """sum_i c_i x mean(terms[i]) over the same problems, with its interval and its `Estimate`;
+        `methods` names the terms, so that paired methods with the same seeds are paired."""
+        estimate = crossed(terms, coefficients, self.groups(terms, methods))
+        low, high = estimate.interval(self.confidence)
+        # Scores lie in [0, 1], so the combination lies between these, and so does its truth.
+        floor, ceiling = sum(min(c, 0.0) for c in coefficients), sum(max(c, 0.0) for c in coefficients)
+        return {"value": estimate.value, "low": float(np.clip(low, floor, estimate.value)),
+                "high": float(np.clip(high, estimate.value, ceiling)), "estimate": estimate}
+
+    def groups(self, terms, methods) -> list[int] | None:
+        """A label per term: the same for two paired methods that have the same number of seeds."""
+        if not methods:
+            return None
+        labels = list(range(len(terms)))
+        for i, a in enumerate(methods):
+            for j, b in enumerate(methods[:i]):
+                if ((a, b) in self.paired or (b, a) in self.paired) and np.shape(terms[i]) == np.shape(terms[j]):
+                    labels[i] = labels[j]
+        return labels
+
+
+def paired_seeds(header: dict) -> tuple[tuple[str, str], ...]:
+    """The pairs of methods whose seed k shares work, as `collect` recorded them."""
+    return tuple(tuple(pair) for pair in header.get("paired_seeds") or ())
 
 
 class ProblemScores:
@@ -119,13 +141,14 @@ def seed_matrix(per_seed: dict[str, np.ndarray], problems) -> np.ndarray:
     return np.stack([per_seed[p] for p in problems], axis=1)
 
 
-def paired_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray], intervals: Intervals) -> dict | None:
-    """Mean over shared problems of a - b (per-seed scores, as `ProblemScores.per_seed` gives them),
-    with its two-level bootstrap interval; None when no problem is shared."""
+def paired_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray], intervals: Intervals,
+                      methods: tuple[str, str] | None = None) -> dict | None:
+    """Mean over shared problems of a - b (per-seed scores, as `ProblemScores.per_seed` gives them,
+    of `methods`), with its crossed interval; None when fewer than two problems are shared."""
     shared = [problem for problem in a if problem in b]
-    if not shared:
+    if len(shared) < 2:
         return None
-    return {**intervals.combination([seed_matrix(a, shared), seed_matrix(b, shared)], [1.0, -1.0]),
+    return {**intervals.combination([seed_matrix(a, shared), seed_matrix(b, shared)], [1.0, -1.0], methods),
             "problems": len(shared)}
 
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from evals.passk import combination_ci, default_ks, mean_ci, pass_at_k, pass_at_k_curve
+from evals.passk import default_ks, mean_ci, pass_at_k, pass_at_k_curve
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
@@ -110,45 +110,8 @@ def test_full_scale_curve_is_fast():
     assert time.perf_counter() - start < 2.0
 
 
-def test_one_seed_is_the_problem_bootstrap():
-    values = np.random.default_rng(4).random(50)
-    assert mean_ci(values[None, :], seed=7) == mean_ci(values, seed=7)
-    assert combination_ci([values], [1.0], seed=7) == mean_ci(values, seed=7)
+def test_one_evaluation_is_the_problem_bootstrap():
     curve = pass_at_k_curve([1, 0, 3, 4, 2], n=4, ks=[1], seed=7)[0]
     assert {k: curve[k] for k in ("value", "low", "high")} == mean_ci(np.array([1, 0, 3, 4, 2]) / 4, seed=7)
-
-
-def test_seeds_that_disagree_widen_the_interval():
-    # The same 200 problems; one training seed solves 30% of them, another 70%.
-    problems = 200
-    first = (np.arange(problems) < 60).astype(float)
-    second = (np.arange(problems) < 140).astype(float)
-    one_seed = mean_ci(first)
-    two_seeds = mean_ci(np.stack([first, second]))
-    # What an interval over problems alone says of the same data: the per-problem means over seeds.
-    problems_only = mean_ci(np.stack([first, second]).mean(axis=0))
-    assert two_seeds["value"] == pytest.approx(0.5)
-    width = lambda ci: ci["high"] - ci["low"]  # noqa: E731
-    assert width(two_seeds) > 2 * width(one_seed)
-    assert width(two_seeds) > 2 * width(problems_only), "the seed level must add the seeds' disagreement"
-    assert two_seeds["low"] <= 0.35 and two_seeds["high"] >= 0.65
-    # Seeds that agree add nothing.
-    assert mean_ci(np.stack([first, first, first])) == mean_ci(first)
-
-
-def test_paired_combination_resamples_problems_once_for_both_terms():
-    rng = np.random.default_rng(5)
-    row = (rng.random(300) < 0.5).astype(float)
-    a = np.tile(row, (3, 1))
-    assert combination_ci([a, row], [1.0, -1.0]) == {"value": 0.0, "low": 0.0, "high": 0.0}, \
-        "the same scores, problem by problem, differ by nothing in every resample"
-    shifted = combination_ci([a[:, ::-1], a], [1.0, -1.0])
-    assert shifted["low"] < 0 < shifted["high"], "scores that differ problem by problem keep their spread"
-    # Each term's seeds are drawn on their own: two methods' seed k are separate runs.
-    seeds = (rng.random((3, 300)) < np.array([[0.2], [0.5], [0.8]])).astype(float)
-    apart = combination_ci([seeds, seeds], [1.0, -1.0])
-    assert apart["value"] == 0.0 and apart["low"] < -0.1 and apart["high"] > 0.1
-    with pytest.raises(ValueError):
-        combination_ci([a, a[:, :10]], [1.0, -1.0])
-    with pytest.raises(ValueError):
-        combination_ci([a], [1.0, -1.0])
+    with pytest.raises(ValueError, match="one value per problem"):
+        mean_ci(np.zeros((2, 5)))
