@@ -152,6 +152,12 @@ class ReportConfig:
     """Training seeds each compared method needs before a claim gets a definite verdict (supported
     or not supported); with fewer it reads 'inconclusive at this scale', since one training run
     cannot show how much the next would differ."""
+    retained_share: Annotated[float, Range(gt=0, lt=1)] = 0.8
+    """f of the parity claims' non-inferiority test: a method 'matches GRPO' when it keeps more than
+    this share of GRPO's gain over the base model ((method - base) - f (GRPO - base) > 0)."""
+    family_alpha: Annotated[float, Range(gt=0, lt=1)] = 0.05
+    """Family-wise error rate of the claim verdicts, held by Holm's step-down method over the claims
+    a run tests: the chance that any definite verdict of the report is wrong."""
 
 
 @dataclass

@@ -63,6 +63,9 @@ class Method:
     """Runs under `training.population: ray`: it scores its perturbed members only through
     `run.score_population`, which spreads them over Ray workers, or trains nothing (the base model).
     A config running any other method under ray is refused: its training would not use the workers."""
+    builds_on: str | None = None
+    """The method whose run with the same seed is this one's first stage (ESSA's warm start is SFT):
+    the report compares the two seed by seed, since their seed k share work."""
 
 
 METHODS: dict[str, Method] = {}
@@ -71,7 +74,7 @@ METHODS: dict[str, Method] = {}
 def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
              paper: str = "", bibtex: str = "", tiny: dict | None = None,
              queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None,
-             workers: bool = False) -> Callable:
+             workers: bool = False, builds_on: str | None = None) -> Callable:
     """Register a method's train function under `name` with its record (see `Method`)."""
 
     def decorate(train: Callable) -> Callable:
@@ -79,7 +82,7 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
             raise ValueError(f"method {name!r} is registered twice")
         METHODS[name] = Method(name, config, train, display, order,
                                (outputs,) if isinstance(outputs, str) else tuple(outputs), paper, bibtex.strip(),
-                               dict(tiny or {}), queries, workers)
+                               dict(tiny or {}), queries, workers, builds_on)
         return train
 
     return decorate

@@ -144,7 +144,7 @@ def queries(config: ESSAConfig, train: list[Problem], model: torch.nn.Module) ->
 
 @register("essa", config=ESSAConfig, display="ESSA", order=50, outputs="adapter", bibtex=ESSA_BIBTEX,
           paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)",
-          tiny={**TINY, "generations": 2, "population_size": 2, "batch_size": 1}, queries=queries)
+          tiny={**TINY, "generations": 2, "population_size": 2, "batch_size": 1}, queries=queries, builds_on="sft")
 def train(config: ESSAConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):

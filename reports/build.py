@@ -18,6 +18,7 @@ from harness import config as configuration
 from harness import data, tracking
 from harness.config import REPO, Config, config_hash, to_dict
 from harness.outputs import atomic_path, disk_mb, read_json, write_json
+from methods import METHODS
 from reports.citations import suite_version
 from reports.render import render, samples_text
 from reports.scores import read_completions
@@ -140,6 +141,8 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "samples_by_method": cfg.evaluation.samples_by_method,
         "seeds": list(cfg.seeds),
         "methods": to_dict(cfg.methods),
+        # Methods whose seed k shares work, compared seed by seed (reports/scores.py).
+        "paired_seeds": [[m, METHODS[m].builds_on] for m in cfg.methods if METHODS[m].builds_on in cfg.methods],
         # The claim checks' settings travel with the results they judge (reports/claims.py).
         "report": to_dict(cfg.report),
         "hardware": tracking.hardware(),

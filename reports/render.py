@@ -18,7 +18,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from evals.passk import DEFAULT_BOOTSTRAP_SAMPLES, DEFAULT_CONFIDENCE
+from evals.intervals import DEFAULT_CONFIDENCE
 from harness.outputs import atomic_path
 from reports import claims as claim_checks
 from reports import cluster_model, figures
@@ -31,6 +31,7 @@ from reports.scores import (
     Intervals,
     ProblemScores,
     paired_difference,
+    paired_seeds,
     seed_matrix,
     trailing_mean,
     training_curve,
@@ -105,9 +106,7 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
     crosschecks = crosschecks or []
     # The evaluator records how its intervals were made; older results fall back to the defaults.
     recorded = next((r["intervals"] for r in results if r.get("intervals")), {})
-    intervals = Intervals(recorded.get("bootstrap_samples", DEFAULT_BOOTSTRAP_SAMPLES),
-                          recorded.get("confidence", DEFAULT_CONFIDENCE),
-                          next((r["sampling"]["seed"] for r in results if r.get("sampling")), 0))
+    intervals = Intervals(recorded.get("confidence", DEFAULT_CONFIDENCE), paired_seeds(header))
     scores = _score_summary(results, problems, intervals)
     confidence = f"{intervals.confidence:.0%}"
     model = header.get("model", "")
@@ -191,8 +190,8 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
         "claims": _table("Claim checks", "claims", "One row per claim of the seed papers. The verdict is computed "
                          "from this run's result files by the rule stated in full below; the last column gives that "
                          "rule, or why this run cannot tell. The scale column says what the comparison ran on; the "
-                         "detectable effect is the smallest effect this run could have detected (bootstrap "
-                         "comparisons).", frames["claims"], text_columns=8),
+                         "detectable effect is the smallest effect this run could have detected at 80% power, from "
+                         "the observed variance (crossed-interval comparisons).", frames["claims"], text_columns=8),
         "crosscheck": _table("Cross-check with lm-evaluation-harness", "crosscheck",
                              _crosscheck_caption(header, confidence), frames["crosscheck"], left=("Flag",)),
         "tasks": _table("Tasks", "tasks", "Test-split hash: content hash of the test problems scored.",
@@ -225,10 +224,10 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
              "(README).",
              "items": [_figure_entry(written, "scaling", "all tasks")], "wide": False},
         ],
-        "verdicts": _verdict_rules(evidence.min_seeds, intervals.confidence),
+        "verdicts": _verdict_rules(evidence, intervals.confidence),
         "rules": [(claim.statement, claim_checks.rule_text(claim)) for claim in claim_checks.CLAIMS],
         "citations": [run_entry(header)] + paper_entries({r["method"] for r in results}),
-        "notes": _notes(confidence, intervals.bootstrap_samples),
+        "notes": _notes(confidence),
     }
     for name in ("report.md", "report.html"):
         text = _TEMPLATES.get_template(f"{name}.j2").render(**context)
@@ -253,7 +252,7 @@ def _score_summary(results: list[dict], problems: ProblemScores | None = None,
 
     metric is "greedy" (k = 0) or "pass@k". A seed without a metric simply does not count. Where
     the per-problem scores of a (method, task) are at hand, its value and interval are recomputed
-    from them with the two-level bootstrap (seeds, then problems), so that the interval holds the
+    from them with the crossed seeds x problems interval, so that the interval holds the
     variation between seeds; elsewhere (a summary without completions) they are the means of the
     per-seed values and bounds, the evaluator's problem bootstrap.
     """
@@ -359,7 +358,7 @@ def _paired_cell(problems: ProblemScores, method: str, reference: str, task: str
     if metric == PASS and n < 1:
         return MISSING
     diff = paired_difference(problems.per_seed(method, task, metric, k or n),
-                             problems.per_seed(reference, task, metric, k or n), intervals)
+                             problems.per_seed(reference, task, metric, k or n), intervals, (method, reference))
     return MISSING if diff is None else _signed(diff) + (f" (n={n})" if k is None else "")
 
 
@@ -561,21 +560,25 @@ def _crosscheck_table(checks: list[dict], problems: ProblemScores, methods: list
     return pd.DataFrame(rows, columns=columns).fillna(MISSING)
 
 
-def _verdict_rules(min_seeds: int, confidence: float) -> str:
+def _verdict_rules(evidence: claim_checks.Evidence, confidence: float) -> str:
     """How every verdict is decided, in words (reports/claims.py), before each claim's own rule."""
     tail = (1 - confidence) / 2
     return (
         "Verdicts: supported, not supported, inconclusive at this scale, not run (a method the claim compares did "
         "not run on its task), missing data (a metric the comparison needs is not in the result files, named in the "
-        "row). A verdict is definite (supported or not supported) only where this run could tell: each compared "
-        f"method has at least {min_seeds} training seeds (report.min_seeds); for a comparison with a bootstrap "
-        "interval, the smallest effect the run could detect, shown in the row, is no larger than the claim's margin "
-        "(that effect is the interval's half-width, and never less than the resolution of its n test problems, "
-        f"1 − {tail:g}^(1/n): {_floor(8, tail):.0f} points for 8 problems, {_floor(200, tail):.1f} for 200, so that "
-        "an interval of [0, 0] from all-zero data is not read as certainty); and a parity or gain claim compares "
-        "methods off the floor: GRPO's greedy accuracy beats the base model's on the task, else no method moved. "
-        "Where any of these fails, or the claim's own preconditions do, the verdict is inconclusive at this scale "
-        "and the row says why. The rule of each claim:")
+        "row). Each claim is tested as stated, its size included: parity with GRPO as non-inferiority on the share "
+        "of GRPO's gain kept, gains against half the paper's effect. The claims this run tests are one family: "
+        f"Holm's step-down method holds the chance that any definite verdict is wrong at "
+        f"{evidence.setting('family_alpha'):g} (report.family_alpha), so a claim whose own {confidence:.0%} interval "
+        "would decide it can still read inconclusive; the paired-difference tables are exploratory, each interval "
+        f"at {confidence:.0%} alone. A claim is tested only where this run could tell: each compared method has at "
+        f"least {evidence.min_seeds} training seeds (report.min_seeds); a parity or gain claim compares methods off "
+        "the floor (GRPO's greedy accuracy beats the base model's on the task, else no method moved); and the "
+        "scores vary (an interval of no width, as from all-zero data, is not certainty: n problems cannot resolve "
+        f"less than 1 − {tail:g}^(1/n), {_floor(8, tail):.0f} points for 8 problems, {_floor(200, tail):.1f} for "
+        "200). Where any of these fails, or the claim's own preconditions do, the verdict is inconclusive at this "
+        "scale and the row says why; an inconclusive row also says when the smallest effect this run could detect "
+        "at 80% power exceeds the size the claim turns on. The rule of each claim:")
 
 
 def _floor(problems: int, tail: float) -> float:
@@ -709,21 +712,23 @@ def _duration(seconds: float | None) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def _notes(confidence: str, resamples: int) -> list[str]:
+def _notes(confidence: str) -> list[str]:
     return [
         "Greedy: the share of test problems whose greedy (temperature 0) answer is correct.",
         "pass@k: the chance that at least one of k samples is correct, from n samples per problem "
         "of which c are correct, with the unbiased estimator 1 − C(n−c, k) / C(n, k) of Chen et al. "
         "(2021), averaged over test problems. pass@1 is the mean share of correct samples.",
-        f"Intervals: {confidence} percentile two-level bootstrap ({resamples} resamples; the hierarchical "
-        "bootstrap of rliable, Agarwal et al. 2021): each resample draws the training seeds with replacement, "
-        "then the test problems, so an interval holds both how much the figure depends on which problems are in "
-        "the test set and how much it varies between training runs. With one seed it is the bootstrap over "
-        "problems. With several seeds the accuracy table also shows the per-seed min–max.",
+        f"Intervals: {confidence}, for the crossed design every figure here has (each training seed answers the "
+        "same test problems): Student's t on the grand mean with a variance from the two-way analysis of variance "
+        "(problems, seeds and their interaction; Miller, \"Adding Error Bars to Evals\"), Satterthwaite's degrees "
+        "of freedom, and the seed term made median-unbiased for its few degrees of freedom (evals/intervals.py). "
+        "An interval holds how much the figure depends on which problems are in the test set and how much it varies "
+        "between training runs; simulated with known truth, it covers 93–97% (python -m benchmarks.calibration). "
+        "With one seed it is the interval over problems alone. With several seeds the accuracy table also shows "
+        "the per-seed min–max.",
         "Paired differences and claim checks compare methods problem by problem (each method's per-problem "
-        "score averaged over its seeds): each method's seeds are resampled on their own (seed k of two methods "
-        "are separate training runs that share only a number, and the methods need not have the same seeds), "
-        "the shared problems once for both.",
+        "score averaged over its seeds): each method's seeds add their own seed term, except where two methods' "
+        "seed k share work (ESSA's seed k starts from SFT's seed k), which are compared seed by seed.",
         "Cost: peak memory is peak RSS on CPU and peak allocated memory on GPU. Forward passes count "
         "sequences; forward-equivalents = forward passes + 2 × backward passes + recompute passes (gradient "
         "checkpointing's second forward). Inference passes per "

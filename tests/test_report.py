@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from evals.intervals import crossed
 from evals.passk import mean_ci, pass_at_k_curve
 from harness import config, tracking
 from harness.outputs import read_json, write_json
@@ -233,12 +234,18 @@ def test_accuracy_intervals_hold_the_variation_between_seeds(tmp_path):
                for seed, rate in ((0, 0.3), (1, 0.7))]
     markdown = render(results, HEADER, tmp_path, per_problem=per_problem)["report.md"].read_text()
     greedy = table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")[3]
-    # The report's intervals use the evaluation's sampling seed, as the evaluator's own do.
-    expected = mean_ci(np.array([[float(i < 30) for i in range(100)], [float(i < 70) for i in range(100)]]), seed=1234)
-    assert greedy == (f"{100 * expected['value']:.1f} [{100 * expected['low']:.1f}, {100 * expected['high']:.1f}]; "
-                      "seeds 30.0–70.0")
-    assert expected["high"] - expected["low"] > 0.3, "not the mean of the per-seed bounds, 18 points wide"
-    assert "two-level bootstrap" in section(markdown, "Accuracy (%)")
+    # Two seeds 40 points apart: one degree of freedom for the seed term, an interval that spans every
+    # possible accuracy (clipped to 0-100%), not the mean of the per-seed bounds, 18 points wide.
+    assert greedy == "50.0 [0.0, 100.0]; seeds 30.0–70.0"
+    close = per_problem_rows("mezo", "gsm8k", {0: range(48), 1: range(52), 2: range(50)})
+    results = [result("mezo", "gsm8k", seed, (rate, rate - 0.09, rate + 0.09), [(1, rate, rate - 0.09, rate + 0.09)])
+               for seed, rate in ((0, 0.48), (1, 0.52), (2, 0.5))]
+    markdown = render(results, HEADER, tmp_path, per_problem=close)["report.md"].read_text()
+    expected = crossed([np.array([[float(i < k) for i in range(100)] for k in (48, 52, 50)])], [1.0])
+    low, high = expected.interval(0.95)
+    assert table_row(markdown, "Accuracy (%)", "gsm8k", "MeZO")[3] == \
+        f"50.0 [{100 * low:.1f}, {100 * high:.1f}]; seeds 48.0–52.0"
+    assert "crossed design" in markdown
 
 
 def test_essa_against_its_warm_start(tmp_path):
@@ -308,7 +315,7 @@ def test_the_embedded_default_shape_gives_no_definite_verdict(tmp_path):
         assert by_claim[claim][5] == "inconclusive at this scale"
         assert by_claim[claim][6] == "36.9 pp", "8 problems: a [0, 0] interval is not power"
         for why in ("no method moved off the base model", "this run has 1 training seed",
-                    "the smallest effect this run could detect is 36.9 pp"):
+                    "this many problems cannot resolve less than 36.9 pp"):
             assert why in by_claim[claim][7], (claim, why)
     assert "report.min_seeds" in by_claim["ESSAM needs about 10x less memory than GRPO (18x less than PPO)"][7]
     assert "does not decrease beyond noise" in by_claim["SAZO reaches MeZO's training loss in fewer queries"][7]
@@ -461,7 +468,8 @@ def test_whole_report_from_result_files(result_files):
     assert missing == {("corp", t, s) for t in TASKS for s in SEEDS} | {("mezo", "gsm8k", 1)}
     assert {(h["method"], h["task"], h["seed"]) for h in summary["histories"]} >= {("sazo", "math", 1)}
     assert summary["header"]["scale_differences"], "a fixture is not paper scale"
-    assert summary["header"]["report"] == {"min_seeds": 2}, "the verdicts' settings travel with the results"
+    assert summary["header"]["report"] == {"min_seeds": 2, "retained_share": 0.8, "family_alpha": 0.05}, \
+        "the verdicts' settings travel with the results"
     assert summary["header"]["results_disk_mb"] == size < 1, "the size of results/ as collect found it"
     assert summary["header"]["peak_disk_mb"] == 42.0
 
@@ -485,10 +493,10 @@ def test_whole_report_from_result_files(result_files):
               for line in section(markdown, "Claim checks").splitlines()
               if line.startswith("| ") and "Claim" not in line}
     verdict = {claim: cells[5] for claim, cells in claims.items()}
-    # 12 problems cannot resolve a 5-point parity margin, however far apart the methods score.
-    assert verdict["ESSAM matches GRPO on GSM8K"] == "inconclusive at this scale"
-    assert claims["ESSAM matches GRPO on GSM8K"][6] == "26.5 pp"
-    assert "the smallest effect this run could detect is 26.5 pp" in claims["ESSAM matches GRPO on GSM8K"][7]
+    # GRPO solves all 12 problems in both seeds, ESSAM none: 12 problems are enough to refute parity,
+    # at the family-wise level, however little they could have resolved a close call.
+    assert verdict["ESSAM matches GRPO on GSM8K"] == "not supported"
+    assert "Holm's step" in claims["ESSAM matches GRPO on GSM8K"][7]
     # Two seeds meet the config's report.min_seeds (2; the default is 3).
     assert verdict["ESSAM needs about 10x less memory than GRPO (18x less than PPO)"] == "supported"
     # MeZO's failed gsm8k evaluation leaves one paired seed there: below report.min_seeds.
