@@ -489,6 +489,10 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
                 run._pool.close()
         run.meters.disk_sample()
         final = run.meters.snapshot()
+        if (weights := perturb.master_of(run.model)) is not None:
+            # The fp32 copies a low-precision model's moves go to (4 bytes a parameter): within the
+            # peak, and reported apart, since a bf16 GRPO carries none (reports/claims.py).
+            final["master_mb"] = sum(m.numel() * m.element_size() for m in weights.masters.values()) / 2**20
         if cfg.training.population == "ray":
             final.update(population.totals(run.history, cfg.training.population_workers))
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})

@@ -118,7 +118,7 @@ def test_fp32_models_get_no_master_copy(tiny_model_dir):
 
 @pytest.mark.parametrize("workdir", [("mezo", {"steps": 4, "batch_size": 2}, {"dtype": "bfloat16"})],
                          indirect=True, ids=["mezo-bf16"])
-def test_a_bf16_run_resumes_with_its_master(workdir, monkeypatch):
+def test_a_bf16_run_resumes_with_its_master(workdir, monkeypatch, tiny_model_dir):
     """Killed after the step-2 checkpoint, a bf16 MeZO run resumes to the same weights: the
     checkpoint holds the fp32 master, not only its bf16 cast (whose rounding would lose the
     first steps' updates)."""
@@ -128,6 +128,9 @@ def test_a_bf16_run_resumes_with_its_master(workdir, monkeypatch):
         return load_file(Path(read_json(artifact)["path"]) / "model.safetensors")
 
     reference = weights_of(workdir.train("results/a/artifact.json"))
+    parameters = sum(p.numel() for p in models.load(tiny_model_dir, "bfloat16")[0].parameters())
+    assert read_json("results/a/metrics.json")["meters"]["master_mb"] == pytest.approx(4 * parameters / 2**20), \
+        "the fp32 master's bytes are reported apart"
     shutil.rmtree("results/work")
     with killed_at_step(monkeypatch, 3):
         workdir.train("results/b/artifact.json")

@@ -310,6 +310,11 @@ def test_memory_ratio():
 
     assert verdict([1000] * 3, [10000] * 3)["verdict"] == SUPPORTED
     assert "10.00x" in verdict([1000] * 3, [10000] * 3)["ours"]
+    runs = {("essam", "gsm8k", s): (share(0.5), None, {"peak_memory_mb": 1000, "master_mb": 400}) for s in SEEDS}
+    runs.update({("grpo", "gsm8k", s): (share(0.5), None, {"peak_memory_mb": 10000}) for s in SEEDS})
+    master = check(claim_of(SavingRatio("essam", "grpo", "gsm8k"), Threshold(5.0, 1.0, "ratio")), evidence(runs))
+    assert "of which 400 MB are its fp32 master copy of the weights" in master["ours"]
+    assert verdict([1000, 1010, 990], [10000, 9800, 10100])["verdict"] == SUPPORTED, "a t-test of log ratios"
     assert verdict([1000] * 3, [800] * 3)["verdict"] == NOT_SUPPORTED
     assert verdict([1000] * 3, [3000] * 3)["verdict"] == INCONCLUSIVE
     mixed = verdict([1000] * 3, [6000, 4000, 6000])
