@@ -72,9 +72,16 @@ class Estimate:
         return _p(bar - self.value, self.se, self.df)
 
     def detectable(self, alpha: float, power: float = 0.8) -> float | np.ndarray:
-        """The smallest true distance from a bar that a two-sided test at level `alpha` on this
-        estimate's standard error finds with probability `power`: (t_{1-alpha/2} + t_power) x se."""
-        return (stats.t.ppf(1 - alpha / 2, self.df) + stats.t.ppf(power, self.df)) * self.se
+        """The smallest effect a test at level `alpha` on this estimate finds with probability `power`."""
+        return detectable(self.se, self.df, alpha, power)
+
+
+def detectable(se, df, alpha: float, power: float = 0.8):
+    """The smallest true distance from a bar that a two-sided test at level `alpha`, with standard
+    error `se` on `df` degrees of freedom, finds with probability `power`: (t_{1-alpha/2} +
+    t_power) x se. The one calculation behind the report's 'detectable effect' (with the observed
+    variance) and `nograd plan`'s power table (with the design's, reports/power.py)."""
+    return (stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se
 
 
 def _p(distance, se, df):

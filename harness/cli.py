@@ -8,6 +8,7 @@ the command with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -43,7 +44,19 @@ def cmd_plan(args) -> None:
         args.tokens_per_second, source = measured
     elif args.tokens_per_second is not None and args.tokens_per_second <= 0:
         raise NogradError(f"--tokens-per-second must be positive, not {args.tokens_per_second}")
-    sys.stdout.write(plan.render(configuration.load(args.configfile), args.tokens_per_second, source))
+    from reports import power
+
+    assumptions = power.Assumptions()
+    if args.from_summary is not None:
+        if not args.from_summary.exists():
+            raise NogradError(f"--from: no summary at {args.from_summary} (run the DAG's collect first)")
+        assumptions = power.Assumptions.measured(json.loads(args.from_summary.read_text()))
+    given = {k: getattr(args, k) for k in ("flip_rate", "disagreement", "seed_spread", "grpo_gain")
+             if getattr(args, k) is not None}
+    if given:
+        assumptions = dataclasses.replace(assumptions, **given,
+                                          source=assumptions.source + "; given: " + ", ".join(given))
+    sys.stdout.write(plan.render(configuration.load(args.configfile), args.tokens_per_second, source, assumptions))
 
 
 def cmd_prepare_model(args) -> None:
@@ -157,7 +170,11 @@ def parser() -> argparse.ArgumentParser:
             configfile=dict(type=Path, default=configuration.REPO / "config" / "config.yaml",
                             help="the config the DAG would run (default: config/config.yaml)"),
             **{"tokens-per-second": dict(type=float, help="generated tokens per second on one device (default: "
-                                         "what benchmarks.sampler measured, in results/speed/sampler.json)")})
+                                         "what benchmarks.sampler measured, in results/speed/sampler.json)"),
+               "from": dict(type=Path, dest="from_summary", help="take the power table's assumptions from an "
+                            "earlier run's results/summary.json"),
+               **{name: dict(type=float, help=f"the power table's {name.replace('-', ' ')} (a share: 0.01 is one "
+                             "point)") for name in ("flip-rate", "disagreement", "seed-spread", "grpo-gain")}})
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
     command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
     command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)

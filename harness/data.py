@@ -83,6 +83,7 @@ def prepare(cfg: Config, task_name: str, out_dir: Path) -> dict:
         train, train_source = task.load("train", data_dir(cfg))
     except (DataUnavailable, MalformedData) as error:
         raise NogradError(f"task {task_name}: {error}") from error
+    available = len(test)
     test = _subset(test, sizes.test_size)
     # Train and test never overlap, even when they come from different sources.
     held_out = {_normalised(p.question) for p in test}
@@ -96,7 +97,8 @@ def prepare(cfg: Config, task_name: str, out_dir: Path) -> dict:
         "task": task_name,
         "train": {**dataclasses.asdict(train_source), "size": len(train), "hash": content_hash(train),
                   "dropped_overlap": len(overlapping)},
-        "test": {**dataclasses.asdict(test_source), "size": len(test), "hash": content_hash(test)},
+        "test": {**dataclasses.asdict(test_source), "size": len(test), "hash": content_hash(test),
+                 "available": available},
     }
     write_json(out_dir / "manifest.json", manifest)
     return manifest

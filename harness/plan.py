@@ -12,6 +12,10 @@ held-out loss's forwards included) x max_new_tokens positions each / the through
 second: each sequence counted at the length of a rollout, at the speed a rollout's tokens are
 generated. A loss forward over a long prompt costs more positions but runs them in parallel, so
 this is an order of magnitude to plan with, not a prediction.
+
+Then the power of the claim checks (reports/power.py): for each claim the config can test, the
+smallest effect its test detects at 80% power with the config's problems and seeds, and whether
+that decides it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from harness import data, meters, models
 from harness.contract import Queries
 from harness.errors import NogradError
 from methods import get_method
+from reports import power
 
 SAMPLER_BENCHMARK = Path("results/speed/sampler.json")
 """Where `python -m benchmarks.sampler` writes the tokens per second it measured, the plan's default throughput."""
@@ -40,20 +45,27 @@ def measured_throughput() -> tuple[float, str] | None:
     return measured["tokens_per_second"]["nograd sampler"], f"{SAMPLER_BENCHMARK} ({measured['setting']})"
 
 
-def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[list[dict], list[str]]:
-    """One row per (job kind, method, task), counts per job; and a line on each task's data."""
+def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[list[dict], list[str], dict]:
+    """One row per (job kind, method, task), counts per job; a line on each task's data; and each
+    task's test problems, as prepared and as available in its source. Without the model's config
+    (no hub here) there are no job rows, and the notes say why: the power table needs only the data."""
     from evals.evaluate import queries as evaluation_queries
     from evals.tasks import get_task
 
-    model = models.skeleton(cfg.model)
-    found, notes = [], []
+    found, notes, sizes = [], [], {}
+    try:
+        model = models.skeleton(cfg.model)
+    except NogradError as error:
+        model = None
+        notes.append(f"No job counts or device-hours: {error}")
     for task in cfg.tasks:
         with tempfile.TemporaryDirectory() as tmp:
             manifest = data.prepare(configuration.for_run(cfg, task=task), task, Path(tmp))
             train, test = (data.read_split(Path(tmp) / f"{split}.jsonl") for split in ("train", "test"))
+        sizes[task] = (len(test), manifest["test"]["available"])
         notes.append(f"{task}: {len(train):,} training problems from {data.describe(manifest['train'])}, "
                      f"{len(test):,} test problems from {data.describe(manifest['test'])}")
-        for method in cfg.methods:
+        for method in cfg.methods if model is not None else ():
             spec, job = get_method(method), configuration.for_run(cfg, method, task)
             stops = None
             try:
@@ -73,7 +85,7 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
                               "counts": counts, "length": length, "stops": stops,
                               "hours": None if counts is None or not tokens_per_second
                               else _equivalents(counts) * length / tokens_per_second / 3600})
-    return found, notes
+    return found, notes, sizes
 
 
 def _equivalents(counts: Queries) -> int:
@@ -86,9 +98,10 @@ def _number(value: float, bound: bool = False, digits: int = 0) -> str:
     return ("<= " if bound and value else "") + f"{value:,.{digits}f}"
 
 
-def render(cfg: configuration.Config, tokens_per_second: float | None, source: str) -> str:
-    """The plan as a Markdown table with a total, and what it assumes."""
-    found, notes = rows(cfg, tokens_per_second)
+def render(cfg: configuration.Config, tokens_per_second: float | None, source: str,
+           assumptions: power.Assumptions | None = None) -> str:
+    """The plan as a Markdown table with a total, and what it assumes; then the claims' power table."""
+    found, notes, sizes = rows(cfg, tokens_per_second)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     total = {"jobs": 0, "hours": 0.0, "counts": Queries()}
     stopping = sorted({f"{row['method']} on {row['task']}: {row['stops']}" for row in found if row["stops"]})
@@ -123,4 +136,6 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     said += [f"Would stop before training, and is not in the total: {line}" for line in stopping]
     said.append('"<=": the most the job can spend (it may stop early, or its count depends on outcomes); tokens '
                 "generated are at most max_new_tokens per rollout. Forward passes include held-out loss forwards.")
+    said += ["", power.render(cfg, {t: n for t, (n, _) in sizes.items()}, {t: a for t, (_, a) in sizes.items()},
+                              assumptions or power.Assumptions())]
     return "\n".join(said) + "\n"

@@ -17,13 +17,15 @@ from harness import config, plan
 from harness.contract import Queries
 from harness.outputs import write_json
 from methods import METHODS
+from reports import power
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def cells(text: str) -> dict[tuple[str, str, str], list[str]]:
-    """The plan's table rows by (job, method, task)."""
-    rows = [line.strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    """The plan's job table rows by (job, method, task)."""
+    jobs = text.split("Power of the claim checks")[0]
+    rows = [line.strip("|").split(" | ") for line in jobs.splitlines() if line.startswith("| ")]
     return {tuple(c.strip() for c in row[:3]): [c.strip() for c in row[3:]] for row in rows[1:]}
 
 
@@ -50,6 +52,29 @@ def test_the_plan_counts_every_job_and_adds_them_up(tmp_path, tiny_model_dir, mo
     hours = sum(float(row[-1].removeprefix("<= ")) for row in rows)
     assert abs(float(total[-1].removeprefix("<= ")) - hours) < 0.05 + 0.005 * len(rows)
     assert "Device-hours at 1,000.0 tokens/s (given)" in text
+
+
+def power_rows(text: str) -> dict[str, list[str]]:
+    """The power table's rows by claim."""
+    table = text.split("Power of the claim checks")[1]
+    rows = [line.strip("|").split(" | ") for line in table.splitlines() if line.startswith("| ")][1:]
+    return {row[0].strip(): [c.strip() for c in row[1:]] for row in rows}
+
+
+def test_the_plan_says_which_claims_its_design_can_decide(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    methods = {m: METHODS[m].tiny for m in ("base", "grpo", "essam", "mezo", "sazo")}
+    cfg = config.validate({**tiny_config(tiny_model_dir, **methods), "seeds": [0, 1, 2]})
+    rows = power_rows(plan.render(cfg, None, ""))
+    assert set(rows) == {"essam_parity", "essam_memory", "sazo_queries"}, "only what the config's methods can test"
+    parity = rows["essam_parity"]
+    assert parity[1] == "2 problems x 3 seeds" and parity[5] == "no" and parity[3] == "1.00 pp"
+    assert "of the task's problems" in parity[6], "tiny data: not even all of GSM8K decides it"
+    assert rows["sazo_queries"][1] == "9 paired runs" and rows["sazo_queries"][5] == "yes", "7 runs clear 0.05 / 3"
+    assert "0.05 / 3 claims" in plan.render(cfg, None, "")
+    big = power.Assumptions(grpo_gain=0.5, seed_spread=0.0, flip_rate=0.0, disagreement=0.01)
+    decided = power_rows(plan.render(cfg, None, "", big))
+    assert decided["essam_parity"][5] == "no", "two test problems cannot decide even a 50-point gain"
 
 
 def test_a_job_that_would_stop_is_named_and_left_out_of_the_total(tmp_path, tiny_model_dir, monkeypatch):
@@ -98,6 +123,18 @@ def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp
     assert "Device-hours at 250.0 tokens/s (results/speed/sampler.json (64 samples on a test machine))" \
         in measured.stdout
     assert cells(measured.stdout).keys() == cells(plain.stdout).keys()
+    assert "Assumptions, assumed (reports/power.py defaults)" in plain.stdout
+    given = run("--grpo-gain", "0.2", "--seed-spread", "0.02")
+    assert "given: seed_spread, grpo_gain" in given.stdout or "given: grpo_gain, seed_spread" in given.stdout
+    assert "seed-to-seed spread 2.0 pp, GRPO's gain over the base model 20.0 pp" in given.stdout
+    summary = {"per_problem": [{"method": m, "task": "gsm8k", "seed": s, "n": 0,
+                                "problems": {f"p{i}": [int(m == "grpo" or i < 5 + s), 0] for i in range(20)}}
+                               for m in ("base", "grpo", "essam") for s in (0, 1)]}
+    write_json(tmp_path / "summary.json", summary)
+    measured_from = run("--from", "summary.json")
+    assert "measured from the summary given" in measured_from.stdout, measured_from.stderr
+    missing = run("--from", "nowhere.json")
+    assert missing.returncode == 2 and "--from: no summary at nowhere.json" in missing.stderr
     refused = run("--tokens-per-second", "0")
     assert refused.returncode == 2 and refused.stderr.strip() == \
         "nograd plan: error: --tokens-per-second must be positive, not 0.0"
