@@ -93,7 +93,8 @@ class EvaluationConfig:
     batch_size: Positive = 64
     """Sequences generated together."""
     bootstrap_samples: Positive = 1000
-    """Bootstrap resamples over problems for each confidence interval."""
+    """Bootstrap resamples over problems for each evaluation's own interval (its metrics.json and MLflow
+    run); the report's intervals over seeds and problems are evals/intervals.py's, with no resampling."""
     confidence: Annotated[float, Range(gt=0, lt=1)] = 0.95
     """Coverage of the confidence intervals."""
     seed: Seed = 1234

@@ -337,8 +337,8 @@ def _accuracy_table(scores: pd.DataFrame, methods: list[str], tasks: list[str]) 
 
 
 def _accuracy_caption(confidence: str) -> str:
-    return (f"Value [{confidence} interval], in percent: the mean over seeds, with a two-level bootstrap interval "
-            "(seeds resampled, then problems), so that it holds the variation between training runs; with several "
+    return (f"Value [{confidence} interval], in percent: the mean over seeds, with the crossed seeds x problems "
+            "interval (see the notes), so that it holds the variation between training runs; with several "
             "seeds, then the min–max of the per-seed values (without per-problem scores, the interval is the mean "
             "of the per-seed bounds). pass@k up to the largest k the samples allow (the papers report pass@256 from "
             "256 samples per problem).")
@@ -401,8 +401,9 @@ def _signed(diff: dict) -> str:
 def _paired_caption(confidence: str) -> str:
     return ("Each method minus the base model, and minus GRPO, on the same test problems: per problem, each "
             "method's score averaged over its seeds; the mean difference over the problems both were scored on, "
-            f"with a {confidence} two-level bootstrap interval (each method's seeds resampled on their own, then the "
-            "shared problems, once for both). pass@n is pass@k at k = n, the samples per problem. \"—\": the "
+            f"with its {confidence} crossed seeds x problems interval (see the notes). Exploratory: each interval "
+            f"holds at {confidence} on its own, with no correction for the many comparisons here; the claim checks are "
+            "the corrected family. pass@n is pass@k at k = n, the samples per problem. \"—\": the "
             "reference was not run on the task (or is the method itself).")
 
 
