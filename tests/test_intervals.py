@@ -85,3 +85,19 @@ def test_fiellers_interval_is_where_the_margin_holds_zero():
         margin_low, margin_high = crossed(terms, [1, -(1 - share), -share]).interval(0.95)
         assert (margin_low > 0) == (share < low) and (margin_high < 0) == (share > high), share
     assert ratio_interval([ours, base, base], [1, -1, 0], [0, -1, 1]) is None, "no gain to take a share of"
+
+
+def test_the_report_pairs_the_seeds_of_methods_that_build_on_each_other():
+    """ESSA's seed k starts from SFT's seed k (the registry's builds_on): their shared luck cancels."""
+    from reports.scores import Intervals
+
+    rng = np.random.default_rng(7)
+    luck = np.array([[-0.1], [0.0], [0.1]])
+    sft = (rng.random((3, 400)) < 0.4 + luck).astype(float)
+    essa = np.maximum(sft, rng.random((3, 400)) < 0.1)
+    paired = Intervals(paired=(("essa", "sft"),)).combination([essa, sft], [1.0, -1.0], ("essa", "sft"))
+    apart = Intervals().combination([essa, sft], [1.0, -1.0], ("essa", "sft"))
+    assert paired["value"] == apart["value"]
+    assert paired["estimate"].se < apart["estimate"].se / 2
+    assert Intervals(paired=(("essa", "sft"),)).groups([essa, sft[:2]], ("essa", "sft")) == [0, 1], \
+        "different seeds cannot be paired"

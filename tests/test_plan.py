@@ -140,3 +140,14 @@ def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp
         "nograd plan: error: --tokens-per-second must be positive, not 0.0"
     assert not (tmp_path / "results" / "data").exists(), "the plan prepares data outside the DAG's outputs"
     assert json.loads((tmp_path / plan.SAMPLER_BENCHMARK).read_text())["tokens_per_second"]["nograd sampler"] == 250.0
+
+
+def test_the_gpu_day_config_decides_what_its_comments_say():
+    """config/gpu-day.yaml on GSM8K's 1,319 test problems: SAZO's queries and ESSAM's memory are
+    decidable, ESSAM's parity is not, under the planner's stated assumptions."""
+    cfg = config.load(REPO / "config" / "gpu-day.yaml")
+    rows = {row["claim"]: row for row in power.table(cfg, {"gsm8k": 1319}, {"gsm8k": 1319}, power.Assumptions())}
+    assert set(rows) == {"sazo_queries", "essam_parity", "essam_memory"}
+    assert rows["sazo_queries"]["decidable"] == "yes" and rows["sazo_queries"]["design"] == "8 paired runs"
+    assert rows["essam_memory"]["decidable"].startswith("yes")
+    assert rows["essam_parity"]["decidable"] == "no" and rows["essam_parity"]["design"] == "1,319 problems x 8 seeds"

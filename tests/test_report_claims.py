@@ -315,6 +315,8 @@ def test_memory_ratio():
     master = check(claim_of(SavingRatio("essam", "grpo", "gsm8k"), Threshold(5.0, 1.0, "ratio")), evidence(runs))
     assert "of which 400 MB are its fp32 master copy of the weights" in master["ours"]
     assert verdict([1000, 1010, 990], [10000, 9800, 10100])["verdict"] == SUPPORTED, "a t-test of log ratios"
+    assert verdict([1000] * 3, [20000, 5200, 20000])["verdict"] == INCONCLUSIVE, \
+        "every seed above 5x, but three seeds this far apart do not show the typical one is"
     assert verdict([1000] * 3, [800] * 3)["verdict"] == NOT_SUPPORTED
     assert verdict([1000] * 3, [3000] * 3)["verdict"] == INCONCLUSIVE
     mixed = verdict([1000] * 3, [6000, 4000, 6000])
