@@ -880,9 +880,12 @@ def check_all(evidence: Evidence, claims=CLAIMS) -> list[dict]:
                 f"against {level:.2g}")
         if verdict != INCONCLUSIVE:
             row["reason"] = f"{row['rule'].statement}. {step}"
-        elif decide(row["rule"], *row["interval"]) != INCONCLUSIVE:
-            row["reason"] = (f"its {confidence:.0%} interval alone would decide it, but not at the family-wise level "
+        elif row["p_value"] <= 1 - confidence:
+            row["reason"] = (f"its test alone would decide it at {confidence:.0%}, but not at the family-wise level "
                              f"({step}, over every claim this run tests). Rule: {row['rule'].statement}")
+        elif isinstance(row["test"], SignTest):
+            row["reason"] = (f"too few paired runs lie beyond either bar for chance to be ruled out at "
+                             f"{confidence:.0%} ({step}). Rule: {row['rule'].statement}")
         else:
             row["reason"] = (f"the interval lies neither wholly beyond the claim's bar nor wholly short of it "
                              f"({step}). Rule: {row['rule'].statement}")
