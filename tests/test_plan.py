@@ -124,15 +124,14 @@ def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp
         in measured.stdout
     assert cells(measured.stdout).keys() == cells(plain.stdout).keys()
     assert "Assumptions, assumed (reports/power.py defaults)" in plain.stdout
-    given = run("--grpo-gain", "0.2", "--seed-spread", "0.02")
-    assert "given: seed_spread, grpo_gain" in given.stdout or "given: grpo_gain, seed_spread" in given.stdout
-    assert "seed-to-seed spread 2.0 pp, GRPO's gain over the base model 20.0 pp" in given.stdout
     summary = {"per_problem": [{"method": m, "task": "gsm8k", "seed": s, "n": 0,
                                 "problems": {f"p{i}": [int(m == "grpo" or i < 5 + s), 0] for i in range(20)}}
                                for m in ("base", "grpo", "essam") for s in (0, 1)]}
     write_json(tmp_path / "summary.json", summary)
-    measured_from = run("--from", "summary.json")
-    assert "measured from the summary given" in measured_from.stdout, measured_from.stderr
+    given = run("--from", "summary.json", "--grpo-gain", "0.2", "--seed-spread", "0.02")
+    assert "measured from the summary given" in given.stdout, given.stderr
+    assert "given: seed_spread, grpo_gain" in given.stdout or "given: grpo_gain, seed_spread" in given.stdout
+    assert "seed-to-seed spread 2.0 pp, GRPO's gain over the base model 20.0 pp" in given.stdout
     missing = run("--from", "nowhere.json")
     assert missing.returncode == 2 and "--from: no summary at nowhere.json" in missing.stderr
     refused = run("--tokens-per-second", "0")
