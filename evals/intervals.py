@@ -146,9 +146,10 @@ def crossed(terms: Sequence, coefficients: Sequence[float], groups: Sequence | N
         seed_part = seed_part + (ms_seeds - ms_error) * scale
         seed_denominator = seed_denominator + (ms_seeds * scale) ** 2 / nu + (ms_error * scale) ** 2 / (
             nu * (num_problems - 1))
-        seed_df += nu
+        # Seeds that all score alike (the untrained base model's evaluations) have no seed term to estimate.
+        seed_df = seed_df + np.where(np.ptp(w, axis=-2).max(axis=-1) > 0, nu, 0)
     # A positive seed term made median-unbiased at the degrees of freedom all methods' seeds have together.
-    factor = median_unbiased(seed_df) if seed_df else 1.0
+    factor = np.where(np.asarray(seed_df) > 0, median_unbiased(np.maximum(seed_df, 1)), 1.0)
     seed_part = np.where(np.asarray(seed_part) > 0, factor * np.asarray(seed_part), seed_part)
     variance = np.maximum(problem_part + seed_part, problem_part / 2)
     # Satterthwaite's degrees of freedom, counting the seed term where it adds variance (a negative

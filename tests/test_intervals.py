@@ -101,3 +101,15 @@ def test_the_report_pairs_the_seeds_of_methods_that_build_on_each_other():
     assert paired["estimate"].se < apart["estimate"].se / 2
     assert Intervals(paired=(("essa", "sft"),)).groups([essa, sft[:2]], ("essa", "sft")) == [0, 1], \
         "different seeds cannot be paired"
+
+
+def test_seeds_that_all_score_alike_add_no_degrees_of_freedom():
+    """The base model's three evaluations of one untrained model are one row, three times: the
+    margin's interval is the same as with the row once."""
+    rng = np.random.default_rng(8)
+    base = (rng.random(300) < 0.3).astype(float)
+    luck = np.array([[-0.1], [0.0], [0.1]])  # the trained methods' seeds differ
+    ours, grpo = ((rng.random((3, 300)) < p + luck).astype(float) for p in (0.5, 0.55))
+    once = crossed([ours, base, grpo], [1.0, -0.2, -0.8])
+    thrice = crossed([ours, np.stack([base] * 3), grpo], [1.0, -0.2, -0.8])
+    assert (thrice.value, thrice.se, thrice.df) == pytest.approx((once.value, once.se, once.df))
