@@ -109,6 +109,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
     """Evaluate one trained artifact; write `completions.jsonl` and, last, `metrics.json`; then the
     work directory (the cached blocks) goes."""
     task = get_task(task_name)
+    isolation = task.sandbox(cfg.sandbox.isolation)  # before the model: a missing sandbox stops at once
     problems = data.read_split(data_dir / "test.jsonl")
     manifest = read_json(data_dir / "manifest.json")
     artifact = read_json(artifact_file)
@@ -153,6 +154,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         "data": {"source": data.describe(manifest["test"]), "hash": manifest["test"]["hash"]},
         "cost": {"train": train_metrics["meters"] if train_metrics.get("trained") else {}, "eval": meter.snapshot()},
         "config_hash": config_hash(cfg),
+        "sandbox": isolation,
     }
     out_dir = out.parent
     with atomic_path(out_dir / "completions.jsonl") as tmp:

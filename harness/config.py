@@ -162,6 +162,16 @@ class ReportConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """How code completions are run for grading (evals/sandbox)."""
+
+    isolation: Literal["full", "none"] = "full"
+    """'full': each program in namespaces, a read-only file system and no privilege of its own, or the
+    job stops with one line saying what is missing here. 'none': programs run as the job's user with
+    its network, files and processes, held by resource limits only; the report's header says so in red."""
+
+
+@dataclass
 class ResourcesConfig:
     """What each training, evaluation and cross-check job holds of a GPU machine (harness/devices.py)."""
 
@@ -214,6 +224,8 @@ class Config:
     """Harness settings of training runs, shared by all methods."""
     report: ReportConfig = field(default_factory=ReportConfig)
     """Settings of the report's claim checks."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """How code completions are isolated while they are graded."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     """What each job holds of a GPU machine; where a job runs changes none of its results, so jobs
     are not rerun when these change."""
@@ -466,6 +478,7 @@ def validate(raw: Any, source: str = "config") -> Config:
     cfg.reward = RewardConfig(**raw.get("reward", {}))
     cfg.training = TrainingConfig(**raw.get("training", {}))
     cfg.report = ReportConfig(**raw.get("report", {}))
+    cfg.sandbox = SandboxConfig(**raw.get("sandbox", {}))
     cfg.resources = ResourcesConfig(**raw.get("resources", {}))
     for key, by_method in (("evaluation.samples_by_method", cfg.evaluation.samples_by_method),
                            ("resources.gpus_by_method", cfg.resources.gpus_by_method)):

@@ -15,8 +15,8 @@ Counted by hooks on the model:
 Counted by the harness's sampler (GRPO's rollouts included) and reward: sequences_generated,
 tokens_generated, reward_calls, reward_errors (completions scored 0 because the verifier failed,
 under `reward.on_error: zero`, or could not grade them within its limits, evals/grading.py),
-reward_hacks (code completions scored 0 because they handed their tests something other than
-plain data, evals/sandbox.py).
+reward_hacks (code completions scored 0 because they answered their tests with something other
+than plain data, or exited while the tests ran, evals/sandbox).
 Counted by the harness where a value stops being finite (`training.on_nonfinite`): nonfinite
 (losses, perturbed weights and training batches found not finite and skipped).
 Set aside (`heldout`): evaluation a training run makes of its own progress (MeZO's and SAZO's

@@ -53,6 +53,7 @@ class Run:
                  data_dir: Path, out_dir: Path, work_dir: Path) -> None:
         self.config, self.method, self.seed = cfg, method, seed
         self.task = get_task(task)
+        self.sandbox = self.task.sandbox(cfg.sandbox.isolation)  # before the model: a missing sandbox stops at once
         self.train: list[Problem] = data.read_split(data_dir / "train.jsonl")
         self.model_manifest, self.data_dir = model_manifest, data_dir
         self.model, self.tokenizer = models.load(model_manifest, cfg.dtype, cfg.device)
@@ -499,7 +500,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})
         result = {"method": method, "task": task, "seed": seed, "run_id": active.info.run_id,
                   "config_hash": config_hash(cfg), "meters": final, "stages": run.stages, "history": run.history,
-                  "trained": artifact.get("trained", True)}
+                  "trained": artifact.get("trained", True), "sandbox": run.sandbox}
         write_json(out_dir / "metrics.json", result)
         mlflow.log_artifact(str(out_dir / "metrics.json"))
         write_json(out, {**artifact, "run_id": active.info.run_id, "base": run.model_manifest["path"]})

@@ -81,6 +81,14 @@ def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.y
     return differences
 
 
+def trust_differences(isolations: set[str]) -> list[str]:
+    """What makes this run's numbers less trustworthy than a default run's, in words: code graded
+    without isolation (sandbox.isolation: none), where a program could have written its own verdict's
+    inputs, the results, or the caller's files."""
+    return [f"code completions were graded without isolation ({isolation})"
+            for isolation in sorted(isolations) if isolation.startswith("none")]
+
+
 def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_manifests: list[Path], out: Path,
             completions: list[Path] = (), train_metrics: list[Path] = (), crosschecks: list[Path] = ()) -> dict:
     """Write `summary.json` (every result, per-problem scores, training histories, cross-checks
@@ -108,12 +116,14 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         check["per_problem"] = {p["problem"]: int(p["correct"]) for p in check.get("per_problem") or []}
     # Every job's meters: evaluations', cross-checks' and, from their own files, every training job's.
     job_meters = [r["cost"]["eval"] for r in results] + [c.get("cost") or {} for c in checks]
+    isolations = {r["sandbox"] for r in results if r.get("sandbox")}  # code jobs only
     histories = []
     for path in train_metrics:
         if not Path(path).exists():
             continue
         train = read_json(path)
         job_meters.append(train.get("meters") or {})
+        isolations.update([train["sandbox"]] if train.get("sandbox") else [])
         histories.append({"method": train["method"], "task": train["task"], "seed": train["seed"],
                           "trained": train.get("trained", True), "stages": train.get("stages") or {},
                           "history": thin(train.get("history") or [], set(train.get("meters") or {}))})
@@ -156,6 +166,9 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "peak_disk_mb": peak_disk,
         "results_disk_mb": at_collection,
         "scale_differences": scale_differences(cfg),
+        # How code completions were isolated while graded, as each code job recorded it (evals/sandbox).
+        "sandbox": {"isolation": cfg.sandbox.isolation, "jobs": sorted(isolations)},
+        "trust_differences": trust_differences(isolations),
         "crosscheck": {"enabled": cfg.evaluation.crosscheck, "size": cfg.evaluation.crosscheck_size},
     }
     summary = {"header": header, "results": results, "per_problem": per_problem, "histories": histories,

@@ -154,6 +154,7 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
         "title": f"nograd report: {header.get('name', MISSING)}",
         "scale": _scale_line(header),
         "differences": header.get("scale_differences") or [],
+        "untrusted": header.get("trust_differences") or [],
         "facts": _facts(header, results),
         "missing": [f"{display_name(m['method'])} on {m['task']}, seed {m['seed']}" for m in missing or []],
         "main": [

