@@ -82,7 +82,7 @@ def main() -> None:
                 seconds = statistics.median(times[label])
                 rows.append([name, label, str(workers), str(args.runs), f"{seconds:.2f}", f"{args.runs / seconds:.1f}",
                              f"{1000 * seconds / args.runs:.0f}", f"{seconds / new:.2f}x"])
-    header = ["program", "design", "workers", "runs", "seconds", "programs/s", "ms per program", "vs outside"]
+    header = ["program", "design", "workers", "runs", "seconds", "programs/s", "ms per program", "time vs outside"]
     title = (f"Sandbox: programs graded through run_program, isolation {sandbox.isolation_in_use().describe()}; "
              f"{args.runs} per measurement, median of {args.repeats}")
     write_table("sandbox", title, header, rows)

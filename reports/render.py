@@ -677,6 +677,7 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
         ("Hardware", str(header.get("hardware", MISSING))),
+        ("Code isolation", _isolation(header)),
         ("Job time (training, evaluation, cross-checks; summed over jobs)", _duration(header.get("job_time_s"))),
         ("Disk (results/)", _disk(header)),
         ("Config hash", str(header.get("config_hash", MISSING))),
@@ -684,6 +685,12 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Suite version", str(header.get("suite_version", MISSING))),
         ("Date", str(header.get("date", MISSING))),
     ]
+
+
+def _isolation(header: dict) -> str:
+    """How code completions were isolated while graded, as each code job recorded it (evals/sandbox)."""
+    sandbox = header.get("sandbox") or {}
+    return "; ".join(sandbox.get("jobs") or []) or "no code graded in this run"
 
 
 def _disk(header: dict) -> str:

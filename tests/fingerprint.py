@@ -28,8 +28,9 @@ import pytest
 import torch
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-VOLATILE = re.compile(r"(_s|_mb|time|wall|memory|date|commit|hash|run_id|version|hardware)$")
-"""Keys whose values differ between two runs of the same code."""
+VOLATILE = re.compile(r"(_s|_mb|time|wall|memory|date|commit|hash|run_id|version|hardware|sandbox)$")
+"""Keys whose values differ between two runs of the same code (`sandbox`: how the machine isolated
+code, which tests/test_pipeline.py checks apart)."""
 TIMED_TABLE = re.compile(r"\((s|MB)\)")
 RELATIVE = 1e-6
 """How far two machines' float results may differ, relative: about ten fp32 roundings."""
@@ -58,6 +59,7 @@ def _report(text: str, model: str) -> list[str]:
     text = re.sub(r"[\d,.]+ s of training and evaluation jobs", "<seconds> of training and evaluation jobs", text)
     text = re.sub(r"(Job time .*:\*\*) [\d,.]+ s", r"\1 <seconds>", text)
     text = re.sub(r"(Disk \(results/\):\*\* peak) [\d,.]+ MB, [\d,.]+ MB", r"\1 <MB>, <MB>", text)
+    text = re.sub(r"(Code isolation:\*\*) .*", r"\1 <isolation>", text)
     text = re.sub(" {2,}", " ", re.sub("-{3,}", "---", text))
     kept, table = [], []
     for line in text.splitlines() + [""]:

@@ -52,6 +52,7 @@ def test_every_method_record_is_complete():
         ({"evaluation": {"samples_by_method": {"mezo": 64}}},
          "evaluation.samples_by_method names 'mezo', which this config does not run (methods: base)"),
         ({"evaluation": {"samples_by_method": {"base": 0}}}, "evaluation.samples_by_method.base: 0 is less than"),
+        ({"sandbox": {"isolation": "partial"}}, "sandbox.isolation: 'partial' is not one of ['full', 'none']"),
     ],
 )
 def test_bad_config_fails_with_one_line_naming_key_and_choices(change, message):

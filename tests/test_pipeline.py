@@ -112,6 +112,11 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
             assert train["time_forward_s"] > 0 and train["peak_memory_mb"] > 0
         lines = (results / "eval" / r["method"] / r["task"] / "seed0" / "completions.jsonl").read_text().splitlines()
         assert len(lines) == 2 * (1 + n) and {"text", "correct", "answer"} <= set(json.loads(lines[0]))
+        # Each job records the isolation it graded code with (evals/sandbox); the others graded none.
+        train_metrics = read_json(results / "train" / r["method"] / r["task"] / "seed0" / "metrics.json")
+        for job in (r, train_metrics):
+            assert job["sandbox"].startswith("full:") if r["task"] == "code" else job["sandbox"] is None
+    assert "- **Code isolation:** full: network, mount, PID and IPC namespaces" in report
 
     import mlflow
 

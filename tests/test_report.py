@@ -450,6 +450,17 @@ def expected_paths(root, kind, name):
     return [root / "results" / kind / m / t / f"seed{s}" / name for m in METHODS for t in TASKS for s in SEEDS]
 
 
+def collect(cfg, root: Path) -> dict:
+    """The collect job on the fixture's results/."""
+    results = root / "results"
+    return build.collect(
+        cfg, expected_paths(root, "eval", "metrics.json"), results / "model" / "manifest.json",
+        [results / "data" / t / "manifest.json" for t in TASKS], results / "summary.json",
+        completions=expected_paths(root, "eval", "completions.jsonl"),
+        train_metrics=expected_paths(root, "train", "metrics.json"),
+        crosschecks=[results / "crosscheck" / m / t / f"seed{s}.json" for m in METHODS for t in TASKS for s in SEEDS])
+
+
 def test_whole_report_from_result_files(result_files):
     cfg, root = result_files
     results = root / "results"
@@ -457,12 +468,7 @@ def test_whole_report_from_result_files(result_files):
     base_train = results / "train" / "base" / "math" / "seed1" / "metrics.json"
     write_json(base_train, {**read_json(base_train), "meters": {"peak_disk_mb": 42.0}})
     size = sum(path.stat().st_size for path in results.rglob("*") if path.is_file()) / 2**20
-    summary = build.collect(
-        cfg, expected_paths(root, "eval", "metrics.json"), results / "model" / "manifest.json",
-        [results / "data" / t / "manifest.json" for t in TASKS], results / "summary.json",
-        completions=expected_paths(root, "eval", "completions.jsonl"),
-        train_metrics=expected_paths(root, "train", "metrics.json"),
-        crosschecks=[results / "crosscheck" / m / t / f"seed{s}.json" for m in METHODS for t in TASKS for s in SEEDS])
+    summary = collect(cfg, root)
     assert len(summary["results"]) == (len(METHODS) - 1) * len(TASKS) * len(SEEDS) - 1
     missing = {(m["method"], m["task"], m["seed"]) for m in summary["missing"]}
     assert missing == {("corp", t, s) for t in TASKS for s in SEEDS} | {("mezo", "gsm8k", 1)}
@@ -472,6 +478,8 @@ def test_whole_report_from_result_files(result_files):
         "the verdicts' settings travel with the results"
     assert summary["header"]["results_disk_mb"] == size < 1, "the size of results/ as collect found it"
     assert summary["header"]["peak_disk_mb"] == 42.0
+    assert summary["header"]["sandbox"] == {"isolation": "full", "jobs": []}
+    assert summary["header"]["trust_differences"] == []
 
     write_json(results / "tracking.json", tracking.init(cfg))
     paths = build.report(cfg, results / "summary.json", results / "tracking.json", results / "report")
@@ -533,6 +541,27 @@ def test_whole_report_from_result_files(result_files):
     names = {Path(a.path).name for a in logged}
     assert {"report.html", "report.md", "table_claims.csv", "memory.png", "curves_math.svg"} <= names
     assert "summary.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(runs.iloc[0]["run_id"])}
+
+
+def test_code_graded_without_isolation_makes_the_report_say_in_red_not_to_cite_it(result_files):
+    """Each job records how it isolated code (evals/sandbox); one that ran with sandbox.isolation:
+    none puts the whole report under a warning."""
+    cfg, root = result_files
+    results = root / "results"
+    none = "none (sandbox.isolation: none): programs run as the caller"
+    full = "full: network, mount, PID and IPC namespaces"
+    for kind, method, isolation in (("eval", "grpo", none), ("train", "grpo", none), ("eval", "mezo", full)):
+        path = results / kind / method / "math" / "seed0" / "metrics.json"
+        write_json(path, {**read_json(path), "sandbox": isolation})
+    header = collect(cfg, root)["header"]
+    assert header["sandbox"] == {"isolation": "full", "jobs": [full, none]}
+    assert header["trust_differences"] == [f"code completions were graded without isolation ({none})"]
+    write_json(results / "tracking.json", tracking.init(cfg))
+    build.report(cfg, results / "summary.json", results / "tracking.json", results / "report")
+    markdown = (results / "report" / "report.md").read_text()
+    assert f"> **Not a trustworthy run:** code completions were graded without isolation ({none})." in markdown
+    html = (results / "report" / "report.html").read_text()
+    assert '<p class="untrusted"><strong>Not a trustworthy run:</strong>' in html
 
 
 def test_thinned_history_keeps_meters_and_averages_metrics():

@@ -803,6 +803,13 @@ HOSTILE = {
         "forge = lambda *args: write_everywhere(b'{\"status\": \"passed\", \"detail\": \"passed\"}')\n"
         "atexit.register(forge)\nsys.excepthook = threading.excepthook = forge\n"
         "for s in (signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU):\n    signal.signal(s, forge)\n"),
+    # The escape the design before this one documented: the verdict's token in the bootstrap's frame.
+    "walking the stack to the grader's locals": wrong_code(
+        "import os, sys\n" + WRITE_EVERY_FD + "frame = sys._getframe()\nwhile frame is not None:\n"
+        "    for name, value in frame.f_locals.items():\n"
+        "        if isinstance(value, (bytes, str)) and name in ('token', 'status_fd', 'verdict'):\n"
+        "            write_everywhere(value if isinstance(value, bytes) else value.encode())\n"
+        "    frame = frame.f_back\n"),
     "reading the process's own memory for a token": wrong_code(
         "import re\nmaps = open('/proc/self/maps').read().splitlines()\nmemory = open('/proc/self/mem', 'rb', 0)\n"
         "found = []\nfor line in maps:\n    start, end = (int(x, 16) for x in line.split()[0].split('-'))\n"

@@ -4,15 +4,16 @@ HumanEval and MBPP completions are untrusted programs, and a policy optimised ag
 finds whatever the grader accepts. `run_program` grades one with two processes:
 
 - **The program** (prompt and completion: the definitions, never the tests) runs in the sandbox
-  (`evals/sandbox/child.py`): an interpreter started with `-I -S` (its standard library only) in
+  (`init.py`, then `child.py`): an interpreter started with `-I -S` (its standard library only) in
   network, mount, PID and IPC namespaces of its own, in a file system of its own (a tmpfs in which
   only the system's directories and the interpreter's prefix are visible, read-only; its own
   directory, /tmp and /dev/shm are small private tmpfs mounts; no repository, virtual environment,
   results/, home or /sys), with no privilege (as `nobody` for a root caller, in a user namespace
   without capabilities for any other), under resource limits and, where one can be made, a cgroup
   of its own (`isolation.py`). When it ends, the kernel kills every process it started.
-- **The tests** run in a trusted process of their own (`evals/sandbox/tester.py`), with the
-  dataset's helpers (HumanEval's prompt: `poly`, `encode_cyclic`). The function they test is a
+- **The tests** run in a trusted process of their own (`tester.py`: forked per program from a
+  zygote this process starts once), with the dataset's helpers (HumanEval's prompt: `poly`,
+  `encode_cyclic`). The function they test is a
   stand-in that sends each call's arguments to the program over a pipe and returns the answer.
   Both ways, only plain data passes (`evals/sandbox/plain.py`: None, bool, int, float, complex,
   str, bytes, list, tuple, dict, set, frozenset, exactly those types): the program never sees the
@@ -25,16 +26,17 @@ the program crashed or exited before its tests); 'timeout' (wall clock or CPU ti
 the middle of its tests); 'error' (the grader could not run it). The Code task turns
 'reward_hack' into RewardHack, counted per method in the `reward_hacks` meter.
 
-Isolation is all or nothing: `select("full")` (the default) raises SandboxUnavailable with one
-line where full isolation cannot be had here, and only `select("none")` (`sandbox.isolation:
-none` in the configuration) runs programs without it, which the jobs record and the report's
-header shows in red.
+Isolation is all or nothing: `select_isolation("full")` (the default) raises SandboxUnavailable
+with one line where full isolation cannot be had here, and only `select_isolation("none")`
+(`sandbox.isolation: none` in the configuration) runs programs without it, which the jobs record
+and the report's header shows in red.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import select
@@ -49,12 +51,13 @@ from dataclasses import dataclass
 
 from evals.sandbox.isolation import LEVELS, TOOLS_PATH, Cgroup, Isolation, SandboxUnavailable, candidate, inlined
 
+log = logging.getLogger(__name__)
 __all__ = ["SandboxResult", "SandboxUnavailable", "run_program", "select_isolation", "isolation_in_use"]
 
 _STDERR_TAIL_BYTES = 64 * 1024
 _MAX_FILE_BYTES = 16 * 1024 * 1024
-# Counted per real user by the kernel, threads included; a cgroup, where there is one, also
-# bounds each program's own.
+# Processes (threads included) per real user, counted by the kernel across every sandbox of that
+# user; where there is a cgroup, also each program's own.
 _MAX_PROCESSES = 128
 _MAX_OPEN_FILES = 64
 _POLL_S = 0.01
@@ -163,6 +166,10 @@ def _probe(level: str) -> Isolation | SandboxUnavailable:
         return missing
     result = _run(mode, _PROBE, "", "", "", 30.0, 1024)
     if result.passed:
+        if level == "full" and not mode.cgroups:
+            log.warning("sandbox: no cgroup can be made here (root, or a delegated cgroup v2, can); each program's "
+                        "memory is bounded per process: address space, file size x open files, tmpfs sizes and its "
+                        "IPC namespace's shared-memory limits")
         return mode
     how = ("run the job as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
            "user.max_user_namespaces > 0; AppArmor: kernel.apparmor_restrict_unprivileged_userns=0)"
