@@ -44,6 +44,7 @@ from evals.tasks import get_task
 from evals.tasks.base import RewardHack, graded
 from evals.tasks.code import humaneval_split, mbpp_problems
 from harness import config, meters, training
+from harness.errors import NogradError
 
 REPO = Path(__file__).resolve().parents[1]
 CODE = get_task("code")
@@ -970,3 +971,13 @@ def test_a_hostile_program_fails_in_time_and_leaves_nothing_behind(
 
 def test_the_suite_covers_every_class_of_attack_with_sixty_programs():
     assert len(HOSTILE) >= 60
+
+
+def test_a_grader_that_fails_is_an_error_never_a_silent_zero(monkeypatch):
+    """The grader's own failure (here its tests' process cannot start) stops the Code task with one
+    line, which training meets with `reward.on_error` and evaluation with a stop."""
+    monkeypatch.setattr(sandbox._testers, "start", lambda *args: (_ for _ in ()).throw(OSError("no tester")))
+    result = run_code(canonical("HumanEval/0"))
+    assert result == SandboxResult(False, "error", "could not start the program or its tests: no tester")
+    with pytest.raises(NogradError, match="task code: the grader could not grade HumanEval/0: could not start"):
+        CODE.is_correct(HUMANEVAL["HumanEval/0"], canonical("HumanEval/0"))

@@ -1,12 +1,12 @@
 """How programs are isolated on this machine: found once by a probe, refused when it falls short.
 
 `full` (the default) needs all of: network, mount, PID and IPC namespaces of the program's own
-(util-linux's `unshare`, in Debian's base system); a file system of its own in which
-only the system's directories and the interpreter's prefix are visible, read-only (`init.py`);
-and either the drop from root to `nobody` or, for a caller that is not root, an unprivileged user
-namespace in which the program holds no capability. When any of it
-cannot be had, `select("full")` raises SandboxUnavailable with one line that says what is missing
-and how to get it: no program is graded without isolation unless the configuration says
+(util-linux's `unshare`, in Debian's base system); a file system of its own in which only the
+system's directories and the interpreter's prefix are visible, read-only (`init.py`); and either
+the drop from root to `nobody` or, for a caller that is not root, an unprivileged user namespace
+in which the program holds no capability. When any of it cannot be had, the probe (in
+`evals/sandbox/__init__.py`) raises SandboxUnavailable with one line that says what is missing and
+how to get it: no program is graded without isolation unless the configuration says
 `sandbox.isolation: none`, which the report's header shows in red.
 
 Memory and processes: a cgroup per program (memory and pids limits) where the caller may make
@@ -135,7 +135,7 @@ class Cgroup:
 
     @property
     def files(self) -> list[str]:
-        """The files a process writes 0 to, to join (init.sh does, first thing)."""
+        """The files a process writes 0 to, to join (init.py does, first thing)."""
         return [str(path / "cgroup.procs") for path in self.paths]
 
     def remove(self) -> None:

@@ -26,6 +26,7 @@ from evals.tasks.base import (
     read_jsonl,
     seeded_split,
 )
+from harness.errors import NogradError
 from harness.packages import package_file, package_version
 
 HUMANEVAL_SEED = 0
@@ -151,12 +152,15 @@ class Code(Task):
     def is_correct(self, problem: Problem, completion: str) -> bool:
         """The problem's tests pass against the program's entry point, run apart from it (evals/sandbox):
         the tests and the prompt's helpers in a trusted process, the program in the sandbox, plain data
-        between them. RewardHack where the program tried to pass otherwise."""
+        between them. RewardHack where the program tried to pass otherwise; NogradError where the
+        grader itself failed (training then applies `reward.on_error`; evaluation stops with one line)."""
         meta = problem.meta
         result = run_program(self.program(problem, completion), tests=meta["test"], helpers=meta["prompt"],
                              entry_point=meta["entry_point"])
         if result.status == "reward_hack":
             raise RewardHack(result.detail)
+        if result.status == "error":  # the grader's failure, not the completion's: never a silent 0
+            raise NogradError(f"task code: the grader could not grade {problem.id}: {result.detail}")
         return result.passed
 
     def has_format(self, completion: str) -> bool:
