@@ -29,7 +29,7 @@ from evals.sandbox.plain import NotPlain, dumps, loads
 
 HEADER = 4
 MAX_REPLY_BYTES = 16 * 2**20
-MAX_TASK_BYTES = 2**20
+MAX_TASK_BYTES = 64 * 2**10
 
 
 class Verdict(BaseException):
