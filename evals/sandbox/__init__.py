@@ -213,8 +213,6 @@ def _run_in(workdir: str, mode: Isolation, cgroup: Cgroup | None, program: str, 
         # Lone surrogates are written as they are, so that they fail as a SyntaxError.
         with open(path, "w", encoding="utf-8", errors="surrogatepass") as source:
             source.write(program)
-        if mode.level == "none":
-            os.chmod(workdir, 0o700)
         spec = {"workdir": workdir, "request_fd": request_read, "reply_fd": reply_write, "entry_point": entry_point,
                 "limits": [memory_mb * 2**20, cpu_s, _MAX_FILE_BYTES, _MAX_PROCESSES, _MAX_OPEN_FILES]}
         task = {"tests": tests, "helpers": helpers, "entry_point": entry_point, "timeout_s": timeout_s,

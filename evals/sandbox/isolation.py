@@ -25,14 +25,13 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import NogradError
 
 LEVELS = ("full", "none")
 SANDBOX_USER = "nobody"
-TOOLS = ("unshare",)
 TOOLS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NAMESPACES = ["--net", "--mount", "--pid", "--ipc", "--propagation=private", "--fork", "--kill-child"]
 
@@ -67,7 +66,8 @@ class Isolation:
     uid: int | None = None
     """The user a root caller drops to; None: a caller that is not root (a user namespace) or level none."""
     gid: int | None = None
-    tools: dict[str, str] = field(default_factory=dict)
+    unshare: str = ""
+    """util-linux's unshare, which makes the namespaces."""
     shown: tuple[str, ...] = ()
     """Directories shown read-only beside the system's: the interpreter's prefix."""
     cgroups: tuple[str, ...] = ()
@@ -93,7 +93,7 @@ class Isolation:
         if self.level == "none":
             return python
         user = ["--user", "--map-root-user"] if self.uid is None else []
-        return [self.tools["unshare"], *user, *NAMESPACES, *python]
+        return [self.unshare, *user, *NAMESPACES, *python]
 
 
 def interpreter_and_prefixes() -> tuple[str, tuple[str, ...]]:
@@ -179,10 +179,9 @@ def candidate(level: str) -> Isolation:
     interpreter, shown = interpreter_and_prefixes()
     if level == "none":
         return Isolation("none", interpreter)
-    tools = {tool: shutil.which(tool, path=TOOLS_PATH) for tool in TOOLS}
-    missing = [tool for tool, path in tools.items() if path is None]
-    if missing:
-        raise SandboxUnavailable(f"sandbox: {', '.join(missing)} not found (Debian: apt-get install util-linux)")
+    unshare = shutil.which("unshare", path=TOOLS_PATH)
+    if unshare is None:
+        raise SandboxUnavailable("sandbox: unshare not found (Debian: apt-get install util-linux)")
     uid = gid = None
     if os.geteuid() == 0:
         try:
@@ -190,6 +189,6 @@ def candidate(level: str) -> Isolation:
             uid, gid = entry.pw_uid, entry.pw_gid
         except KeyError:
             uid = gid = 65534
-    return Isolation("full", interpreter, uid, gid, tools, shown, cgroup_hierarchies())
+    return Isolation("full", interpreter, uid, gid, unshare, shown, cgroup_hierarchies())
 
 
