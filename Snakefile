@@ -14,8 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 from evals.tasks import get_task
-from harness import config as configuration
-from harness.errors import NogradError
+from core import config as configuration
+from jobs import validation
+from core.errors import NogradError
 from reports.files import FIGURE_TITLES
 from reports.files import outputs as report_outputs
 
@@ -27,13 +28,13 @@ if not workflow.config_settings.configfiles:
     configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 try:
-    CONFIG = configuration.validate(config)
+    CONFIG = validation.validate(config)
 except NogradError as error:
     raise WorkflowError(str(error)) from None
 
 METHODS, TASKS, SEEDS = list(CONFIG.methods), list(CONFIG.tasks), CONFIG.seeds
 CROSSCHECK_TASKS = [t for t in TASKS if get_task(t).crosscheck] if CONFIG.evaluation.crosscheck else []
-NOGRAD = f"{sys.executable} -m harness.cli"
+NOGRAD = f"{sys.executable} -m jobs.cli"
 
 
 def data_dir(wildcards, input):
@@ -108,7 +109,7 @@ rule tracking:
 # One core per job (Snakemake sets OMP_NUM_THREADS to it), so jobs run side by side: on the 2-core
 # CPU two one-thread evaluations took 73 s together, one two-thread evaluation 46 s alone, and
 # start-up, scoring and logging overlap too. On GPUs each job holds `resources.gpus` devices of its
-# own (harness/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
+# own (jobs/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
 # `--set-threads train=N evaluate=N` (or a profile) gives each job more cores.
 rule train:
     input:

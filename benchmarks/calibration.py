@@ -1,5 +1,5 @@
 """Do the report's intervals cover? Crossed seeds x problems data simulated with known truth, through
-evals/intervals.py, the code every interval and verdict of the report goes through.
+reports/intervals.py, the code every interval and verdict of the report goes through.
 
 The model: a test problem is a draw u from the uniform distribution, and method m solves it in
 training seed s with probability sigmoid(logit q_m(u) + b_ms), where q_m is the quantile function
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from evals.intervals import crossed
+from reports.intervals import crossed
 
 GRID = 16384
 """Quantiles of each Beta distribution that the simulated problems are drawn from."""

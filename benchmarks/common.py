@@ -10,23 +10,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness import data
+from jobs import data
 
 data.skip_unreachable_hub()  # before transformers and datasets are imported: they read it once
 
 import torch  # noqa: E402
 
-from evals.sampler import prompt_text  # noqa: E402
+from core import models  # noqa: E402
+from core.config import REPO, Config, load  # noqa: E402
+from core.sampler import prompt_text  # noqa: E402
 from evals.tasks import get_task  # noqa: E402
-from harness import models  # noqa: E402
-from harness.config import REPO, Config, load  # noqa: E402
 
 OUT = Path("results/speed")
 
 
 def embedded_model():
     """The embedded default model (converted once into results/model, as the DAG does), metered."""
-    from harness import meters
+    from core import meters
 
     cfg: Config = load(REPO / "config" / "config.yaml")
     manifest = models.prepare(cfg.model, Path("results/model"))

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from benchmarks.common import embedded_model, gsm8k_prompts, median_seconds, write_table
-from evals.sampler import SamplingParams, sample
-from harness import spaces
+from core import spaces
+from core.sampler import SamplingParams, sample
 
 
 def main() -> None:

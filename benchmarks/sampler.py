@@ -21,11 +21,12 @@ import torch
 
 from benchmarks import sampling_arguments
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
-from evals.sampler import SamplingParams, new_cache, sample, stop_ids
-from harness import models
-from harness.config import REPO, load
-from harness.outputs import write_json
-from harness.plan import SAMPLER_BENCHMARK
+from core import models
+from core.config import REPO
+from core.outputs import write_json
+from core.sampler import SamplingParams, new_cache, sample, stop_ids
+from jobs.plan import SAMPLER_BENCHMARK
+from jobs.validation import load
 
 
 def main() -> None:

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from benchmarks.common import write_table
+from core.config import REPO
 from evals import sandbox
 from evals.sandbox import SandboxResult
 from evals.tasks import get_task
 from evals.tasks.code import humaneval_split
-from harness.config import REPO
 
 
 def baseline_module(ref: str) -> types.ModuleType:

@@ -29,11 +29,13 @@ import numpy as np
 import torch
 
 from benchmarks.common import machine, write_table
-from harness import config as configuration
-from harness import data, models, perturb
-from harness.config import REPO, load
-from harness.outputs import write_json
-from harness.training import Run
+from core import config as configuration
+from core import models, perturb
+from core.config import REPO
+from core.outputs import write_json
+from jobs import data
+from jobs.train import Run
+from jobs.validation import load
 from methods import METHODS
 from reports import cluster_model as cm
 
@@ -123,7 +125,7 @@ def main() -> None:
     # The model's ES step with this machine's inputs: each worker scores ceil(N/G) members; with fp32
     # weights (no masters) every worker also replays the members it does not score. The update is
     # paid twice in a row: the driver holds a model too and moves it first, and the pool hands the
-    # seeds to the workers after it (harness/population.py, a mirror of the driver's weights).
+    # seeds to the workers after it (jobs/population.py, a mirror of the driver's weights).
     check = {}
     for workers, point in measured.items():
         share = math.ceil(args.members / workers)

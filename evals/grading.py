@@ -5,7 +5,7 @@ LaTeX a model writes (`\\boxed{9^{9^{9^{9}}}}` never finishes), and its own time
 `signal.alarm`, which works only in a main thread (the evaluator grades in a thread pool). `call`
 sends a grading function (by its module and name) and its arguments to one worker process and
 waits at most `timeout_s`; past the limit it kills the worker and raises
-`evals.tasks.base.Ungradable`, which the harness scores 0 and counts in `reward_errors`. The next
+`core.task.Ungradable`, which the harness scores 0 and counts in `reward_errors`. The next
 call starts a new worker.
 
 The worker is a plain interpreter running this module (`python -m evals.grading`), started at the
@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from evals.tasks.base import Ungradable
+from core.task import Ungradable
 
 TIMEOUT_S = 10.0
 """Wall-clock limit of one grading call: math-verify grades an ordinary answer in milliseconds."""

@@ -5,7 +5,7 @@ With n samples per problem of which c are correct, pass@k = 1 - C(n-c, k) / C(n,
 chance that at least one of k samples drawn without replacement is correct. An evaluation reports
 its mean over test problems with a percentile bootstrap interval over the problems: the
 uncertainty that comes from which problems happen to be in the test set. Over several training
-seeds, where the seeds and problems are crossed, the report's intervals are evals/intervals.py's.
+seeds, where the seeds and problems are crossed, the report's intervals are reports/intervals.py's.
 """
 
 from __future__ import annotations

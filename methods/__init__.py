@@ -3,10 +3,10 @@ rest of the suite needs to know about it (`register`).
 
 A method is a function `train(config, run) -> Artifact` that holds only its algorithm; the
 harness owns the model, data, meters, tracking, seeds and outputs, and hands the method a `run`
-(the contract: `harness.contract.Run`). Adding a method is one file here plus its entry in
+(the contract: `core.contract.Run`). Adding a method is one file here plus its entry in
 config/config.yaml; `nograd schema` and `nograd paper-config` regenerate config/schema.yaml and
 config/paper.yaml from the records. Methods kept outside this repository register the same way
-from a file named in NOGRAD_PLUGINS (harness/plugins.py).
+from a file named in NOGRAD_PLUGINS (core/plugins.py).
 
 Importing this package imports every method module, so a method module imports at its top only
 what is cheap (the standard library, numpy, torch and the suite's own modules): the Snakefile's
@@ -21,14 +21,14 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from harness import plugins
-from harness.contract import Artifact, ArtifactKind, Queries, Run
-from harness.errors import NogradError
+from core import plugins
+from core.contract import Artifact, ArtifactKind, QueryCounts, Run
+from core.errors import NogradError
 
 if TYPE_CHECKING:
     import torch
 
-    from evals.tasks.base import Problem
+    from core.task import Problem
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,10 @@ class Method:
     """One-line reference: authors, title, venue or arXiv id; empty for none."""
     bibtex: str = ""
     """The paper's BibTeX entry, for the report's 'How to cite'; empty for none."""
-    tiny: dict = field(default_factory=dict)
+    test_settings: dict = field(default_factory=dict)
     """Settings at which it trains in seconds on the tests' tiny model (tests/conftest.py): every
     test that runs each method runs it at these."""
-    queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None
+    queries: Callable[[Any, Sequence[Problem], torch.nn.Module], QueryCounts] | None = None
     """queries(config, train, model): what `train` will ask of the model with this config on these
     training problems, before it runs (`nograd plan`; `model` has the model's modules, perhaps on
     the meta device, for a cost that depends on its shape); tests/test_methods.py holds it to the
@@ -72,8 +72,8 @@ METHODS: dict[str, Method] = {}
 
 
 def register(name: str, *, config: type, display: str, order: int, outputs: ArtifactKind | tuple[ArtifactKind, ...],
-             paper: str = "", bibtex: str = "", tiny: dict | None = None,
-             queries: Callable[[Any, Sequence[Problem], torch.nn.Module], Queries] | None = None,
+             paper: str = "", bibtex: str = "", test_settings: dict | None = None,
+             queries: Callable[[Any, Sequence[Problem], torch.nn.Module], QueryCounts] | None = None,
              workers: bool = False, builds_on: str | None = None) -> Callable:
     """Register a method's train function under `name` with its record (see `Method`)."""
 
@@ -82,7 +82,7 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
             raise ValueError(f"method {name!r} is registered twice")
         METHODS[name] = Method(name, config, train, display, order,
                                (outputs,) if isinstance(outputs, str) else tuple(outputs), paper, bibtex.strip(),
-                               dict(tiny or {}), queries, workers, builds_on)
+                               dict(test_settings or {}), queries, workers, builds_on)
         return train
 
     return decorate

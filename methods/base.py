@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from harness.contract import Artifact, Queries, Run
+from core.contract import Artifact, QueryCounts, Run
 from methods import register
 
 
@@ -12,6 +12,6 @@ class BaseConfig:
 
 
 @register("base", config=BaseConfig, display="Base model", order=0, outputs="model",
-          queries=lambda config, train, model: Queries(), workers=True)
+          queries=lambda config, train, model: QueryCounts(), workers=True)
 def train(config: BaseConfig, run: Run) -> Artifact:
     return run.base_artifact()

@@ -40,7 +40,7 @@ regression one whose reward falls, and the paired differences are reward differe
 correctness, 0/1, these are the code's definitions exactly.
 
 Choices where the harness differs from the code:
-- z-score: the code's (x - mean) / std, zeros when std <= 1e-12; not `harness.fitness.zscore`,
+- z-score: the code's (x - mean) / std, zeros when std <= 1e-12; not `core.fitness.zscore`,
   whose + 1e-8 is not negligible next to dispersions of order sigma^2 ~ 1e-7.
 - The centre is committed in place. Its select/gate scores are read from one evaluation on the
   whole support set, and after an accepted round its probe scores are the line search's (the
@@ -65,11 +65,11 @@ from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.errors import NogradError
-from harness.fitness import softmax
-from harness.perturb import combine_, trainable
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.errors import NogradError
+from core.fitness import softmax
+from core.perturb import combine_, trainable
 from methods import register
 from methods.randopt import check_slice, discover, train_slice
 
@@ -391,7 +391,7 @@ def recentre(run: Run, config: CoRPConfig, round_index: int, support, probe) -> 
     return config.patience > 0 and state["rejects"] >= config.patience
 
 
-def queries(config: CoRPConfig, train: Sequence, model) -> Queries:
+def queries(config: CoRPConfig, train: Sequence, model) -> QueryCounts:
     """Greedy rollouts. Stage 0: every member on the support set; Stage 1: each grid point on the
     probe set, then the centre on the support set; Stage 2, at most `rounds` rounds, each: the
     local candidates on the select half, every proposal on both halves and, when the gate opens,
@@ -406,7 +406,7 @@ def queries(config: CoRPConfig, train: Sequence, model) -> Queries:
               + len(config.line_search) * config.probe_size + config.support_size)
     rollouts = (config.population * config.support_size + grid * config.probe_size + config.support_size
                 + config.rounds * round_)
-    return dataclasses.replace(Queries.rollouts(rollouts), bound=config.rounds > 0)
+    return dataclasses.replace(QueryCounts.rollouts(rollouts), bound=config.rounds > 0)
 
 
 BIBTEX = """
@@ -424,7 +424,7 @@ BIBTEX = """
 @register("corp", config=CoRPConfig, display="CoRP", order=90, outputs="seeds", bibtex=BIBTEX,
           paper="Zhang, Yang & Kasneci 2026, Consolidating Rewarded Perturbations for LLM Post-Training, "
                 "COLM Efficient Reasoning workshop (arXiv 2605.31494)",
-          tiny={"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
+          test_settings={"population": 3, "support_size": 2, "probe_size": 2, "q_grid": [0.5], "beta_grid": [10.0],
                 "scale_grid": [1.0], "rounds": 1, "local_population": 2, "rank": 2, "step_factors": [1.0],
                 "line_search": [1.0]}, queries=queries, workers=True)
 def train(config: CoRPConfig, run: Run) -> Artifact:

@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Annotated, Callable, Literal
 import numpy as np
 import torch
 
-from evals.tasks.base import Problem
-from harness import spaces
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
+from core import spaces
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.task import Problem
 from methods import register
-from methods.sft import ESSA_BIBTEX, TINY, SFTConfig, add_adapter, warm_start
+from methods.sft import ESSA_BIBTEX, TEST_SETTINGS, SFTConfig, add_adapter, warm_start
 from methods.sft import queries as warm_start_queries
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def scorer(config: ESSAConfig, run: Run, space: spaces.SingularValues, batch: li
     return batched if config.population_batch else in_turn
 
 
-def queries(config: ESSAConfig, train: list[Problem], model: torch.nn.Module) -> Queries:
+def queries(config: ESSAConfig, train: list[Problem], model: torch.nn.Module) -> QueryCounts:
     """The warm start's (methods.sft), then per generation every candidate rolls out the batch
     greedily. pycma's default population depends on the search's dimension: 2r (or r, `product`)
     singular values, ceil(fraction r) of them searched, per layer the adapter targets in `model`."""
@@ -138,13 +138,14 @@ def queries(config: ESSAConfig, train: list[Problem], model: torch.nn.Module) ->
         vectors = layers * (2 if config.decompose == "each" else 1)
         dimension = vectors * max(1, math.ceil(config.fraction * config.lora_rank))
         population = cma.CMAEvolutionStrategy(np.zeros(dimension), 1.0, {"verbose": -9}).popsize
-    search = Queries.rollouts(population * min(config.batch_size, len(train))) * config.generations
+    search = QueryCounts.rollouts(population * min(config.batch_size, len(train))) * config.generations
     return warm_start_queries(config, train, model) + search
 
 
 @register("essa", config=ESSAConfig, display="ESSA", order=50, outputs="adapter", bibtex=ESSA_BIBTEX,
           paper="Korotyshova et al. 2025, ESSA: Evolutionary Strategies for Scalable Alignment (arXiv 2507.04453)",
-          tiny={**TINY, "generations": 2, "population_size": 2, "batch_size": 1}, queries=queries, builds_on="sft")
+          test_settings={**TEST_SETTINGS, "generations": 2, "population_size": 2, "batch_size": 1}, queries=queries,
+          builds_on="sft")
 def train(config: ESSAConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):

@@ -50,10 +50,10 @@ from typing import Annotated, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from harness import fitness
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
+from core import fitness
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
 from methods import register
 
 Members = list[tuple[int, float]]
@@ -168,10 +168,10 @@ def essam_step(params: Sequence[torch.Tensor], reward: Callable[[], float] | Non
             "evaluations": len(members) + len(adversarial), **metrics}
 
 
-def queries(config: ESSAMConfig, train: Sequence, model: torch.nn.Module) -> Queries:
+def queries(config: ESSAMConfig, train: Sequence, model: torch.nn.Module) -> QueryCounts:
     """Per step every member of the SAM population and of the adversarial one rolls out the batch greedily."""
     sam_size = config.sam_population_size if isinstance(config, ESSAMFConfig) else config.population_size
-    return Queries.rollouts((sam_size + config.population_size) * min(config.batch_size, len(train))) * config.steps
+    return QueryCounts.rollouts((sam_size + config.population_size) * min(config.batch_size, len(train))) * config.steps
 
 
 def train(config: ESSAMConfig, run: Run) -> Artifact:
@@ -195,9 +195,10 @@ BIBTEX = """
   archiveprefix = {arXiv},
   note = {ESSAM and ESSAM-F}
 }"""  # noqa: E501
-TINY = {"steps": 1, "batch_size": 2, "population_size": 2}
+TEST_SETTINGS = {"steps": 1, "batch_size": 2, "population_size": 2}
 register("essam", config=ESSAMConfig, display="ESSAM", order=60, outputs="model", paper=PAPER, bibtex=BIBTEX,
-         tiny=TINY, queries=queries, workers=True)(train)
+         test_settings=TEST_SETTINGS, queries=queries, workers=True)(train)
 register("essam_f", config=ESSAMFConfig, display="ESSAM-F", order=70, outputs="model",
-         paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX, tiny={**TINY, "sam_population_size": 2},
+         paper=PAPER + ", accelerated variant ESSAM-F", bibtex=BIBTEX,
+         test_settings={**TEST_SETTINGS, "sam_population_size": 2},
          queries=queries, workers=True)(train)

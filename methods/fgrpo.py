@@ -29,10 +29,10 @@ from typing import Annotated
 
 import torch
 
-from harness.config import Range
-from harness.contract import Artifact, Run
+from core.config import Range
+from core.contract import Artifact, Run
 from methods import register
-from methods.grpo import TINY, GRPOMethodConfig, metered_trainer, queries, run_trainer
+from methods.grpo import TEST_SETTINGS, GRPOMethodConfig, metered_trainer, queries, run_trainer
 
 
 @dataclass
@@ -105,6 +105,6 @@ BIBTEX = """
 @register("fgrpo", config=FGRPOConfig, display="F-GRPO", order=30, outputs=("model", "adapter"), bibtex=BIBTEX,
           paper="Plyusov et al. 2026, Don't Let Your Policy Learn the Obvious and Forget the Rare (F-GRPO), "
                 "arXiv 2602.06717; run on TRL's GRPOTrainer (trl 1.16.0)",
-          tiny={**TINY, "gamma": 0.5}, queries=queries)
+          test_settings={**TEST_SETTINGS, "gamma": 0.5}, queries=queries)
 def train(config: FGRPOConfig, run: Run) -> Artifact:
     return run_trainer(focal_trainer(), config, run, gamma=config.gamma)

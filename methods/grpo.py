@@ -27,7 +27,7 @@ How it sits in the harness:
   so GRPO's sampling costs what every other method's does, and are counted and timed as the
   sampler counts every other method's.
 - Meters: TRL's generation, log-prob and loss forwards go through the model's hooks, backward
-  passes through the fused LM head's log-probs (harness/meters.py); a reference model (beta > 0,
+  passes through the fused LM head's log-probs (core/meters.py); a reference model (beta > 0,
   full parameters) is hooked too.
 - Precision: the configured dtype; in bfloat16 or float16, full-parameter training keeps fp32
   master weights and autocasts the computation, as TRL and verl train in half precision.
@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, Annotated, Callable, Literal
 
 import torch
 
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.errors import NogradError
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.errors import NogradError
 from methods import register
 
 if TYPE_CHECKING:
@@ -137,12 +137,11 @@ def metered_trainer() -> type[GRPOTrainer]:
     all the jobs that import the method registry only GRPO's and F-GRPO's training jobs need it."""
     from trl import GRPOTrainer
 
-    from evals import sampler
-    from harness import meters
+    from core import meters, sampler
 
     class MeteredGRPOTrainer(GRPOTrainer):
         """TRL's GRPOTrainer with its rollouts drawn by the harness's sampler, as every other
-        method's are: `_generate_single_turn` hands the prompt ids to `evals.sampler.decode` (each
+        method's are: `_generate_single_turn` hands the prompt ids to `core.sampler.decode` (each
         group's prompt prefilled once, a preallocated cache, finished rows retired, temperature and
         top-p as `generate` applies them) and returns the completion ids as TRL's own path does; TRL's
         path remains for what the sampler does not do (vLLM, images, top-k, min-p, repetition
@@ -233,9 +232,9 @@ def trl_config(config: GRPOMethodConfig, run: Run) -> GRPOConfig:
         save_total_limit=2,  # the harness's last checkpoint is at most one TRL checkpoint behind
         disable_tqdm=True,  # the harness's step loop shows the progress
         # `sampler: vllm`: TRL generates with vLLM in this process, its weights synced each step.
-        use_vllm=run.config.sampler == "vllm",
+        use_vllm=run.backend.vllm,
         vllm_mode="colocate",
-        vllm_gpu_memory_utilization=run.config.vllm_gpu_memory,
+        vllm_gpu_memory_utilization=run.backend.gpu_memory,
     )
 
 
@@ -298,12 +297,12 @@ def run_trainer(trainer_class: type[GRPOTrainer], config: GRPOMethodConfig, run:
     return run.save_adapter() if config.lora_rank else run.save_model()
 
 
-def queries(config: GRPOMethodConfig, train, model: torch.nn.Module) -> Queries:
+def queries(config: GRPOMethodConfig, train, model: torch.nn.Module) -> QueryCounts:
     """Per step B x G rollouts, each run once more for its log-probabilities in the loss (and once
     through the reference model when beta > 0), one backward each, recomputed under gradient
     checkpointing."""
     rollouts = config.prompts_per_step * config.num_generations
-    return Queries(sequences_generated=rollouts, forward_passes=rollouts * (3 if config.beta else 2),
+    return QueryCounts(sequences_generated=rollouts, forward_passes=rollouts * (3 if config.beta else 2),
                    backward_passes=rollouts,
                    recompute_passes=rollouts if config.gradient_checkpointing else 0) * config.steps
 
@@ -318,13 +317,14 @@ BIBTEX = """
   note = {GRPO; run here with TRL's GRPOTrainer}
 }"""
 
-TINY = {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4, "gradient_checkpointing": False}
-"""GRPO's tiny settings: one step of 2 prompts x 2 rollouts (F-GRPO adds its gamma)."""
+TEST_SETTINGS = {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "micro_batch_size": 4,
+                 "gradient_checkpointing": False}
+"""GRPO's test settings: one step of 2 prompts x 2 rollouts (F-GRPO adds its gamma)."""
 
 
 @register("grpo", config=GRPOMethodConfig, display="GRPO", order=20, outputs=("model", "adapter"), bibtex=BIBTEX,
           paper="Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
                 "(arXiv 2402.03300); run with TRL's GRPOTrainer (trl 1.16.0)",
-          tiny=TINY, queries=queries)
+          test_settings=TEST_SETTINGS, queries=queries)
 def train(config: GRPOMethodConfig, run: Run) -> Artifact:
     return run_trainer(metered_trainer(), config, run)

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Annotated, Callable, Literal, Sequence
 
 import torch
 
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.errors import NogradError
-from harness.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.errors import NogradError
+from core.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
 from methods import register
 
 if TYPE_CHECKING:
-    from evals.tasks.base import Problem
+    from core.task import Problem
 
 
 @dataclass
@@ -116,14 +116,14 @@ def batch_objective(run: Run, batch: Sequence, objective: str) -> Callable[[], t
     return lambda: -torch.as_tensor(run.rollout(batch)[1][:, 0])
 
 
-def queries(config: MeZOConfig, train: Sequence[Problem], model: torch.nn.Module) -> Queries:
+def queries(config: MeZOConfig, train: Sequence[Problem], model: torch.nn.Module) -> QueryCounts:
     """Per step the batch twice, as losses or greedy rollouts; the held-out loss on its set at
     steps 0, eval_every, ... and after the last."""
     heldout = min(config.heldout_size, len(train) // 3)
     batch = min(config.batch_size, len(train) - heldout)
-    step = Queries.rollouts(2 * batch) if config.objective == "reward" else Queries(forward_passes=2 * batch)
+    step = QueryCounts.rollouts(2 * batch) if config.objective == "reward" else QueryCounts(forward_passes=2 * batch)
     curve = math.ceil(config.steps / config.eval_every) + 1
-    return step * config.steps + Queries(heldout_forward_passes=heldout * curve)
+    return step * config.steps + QueryCounts(heldout_forward_passes=heldout * curve)
 
 
 BIBTEX = """
@@ -140,7 +140,7 @@ BIBTEX = """
 
 @register("mezo", config=MeZOConfig, display="MeZO", order=10, outputs="model", bibtex=BIBTEX,
           paper="Malladi et al. 2023, Fine-Tuning Language Models with Just Forward Passes, NeurIPS (arXiv 2305.17333)",
-          tiny={"steps": 3, "batch_size": 2}, queries=queries)
+          test_settings={"steps": 3, "batch_size": 2}, queries=queries)
 def train(config: MeZOConfig, run: Run) -> Artifact:
     heldout = heldout_curve(config, run)
     params = trainable(run.model)

@@ -35,12 +35,12 @@ from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
-from evals.tasks.base import Problem
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.errors import NogradError
-from harness.fitness import top_k
-from harness.perturb import NoiseMode
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.errors import NogradError
+from core.fitness import top_k
+from core.perturb import NoiseMode
+from core.task import Problem
 from methods import register
 
 
@@ -110,10 +110,11 @@ def select(rewards: Sequence[float], k: int) -> list[int]:
     return sorted(kept.tolist(), key=lambda i: -rewards[i])
 
 
-def queries(config: RandOptConfig, train: Sequence[Problem], model) -> Queries:
+def queries(config: RandOptConfig, train: Sequence[Problem], model) -> QueryCounts:
     """Every member rolls out the support set greedily; the ensemble answers with its top_k members."""
     check_slice(train, 0, config.support_size, "support set")
-    return dataclasses.replace(Queries.rollouts(config.population * config.support_size), inference_passes=config.top_k)
+    return dataclasses.replace(QueryCounts.rollouts(config.population * config.support_size),
+                               inference_passes=config.top_k)
 
 
 BIBTEX = """
@@ -131,7 +132,7 @@ BIBTEX = """
 @register("randopt", config=RandOptConfig, display="RandOpt", order=80, outputs="ensemble", bibtex=BIBTEX,
           paper="Gan & Isola 2026, Neural Thickets: Diverse Task Experts Are Dense Around Pretrained Weights, "
                 "ICML (arXiv 2603.12228)",
-          tiny={"population": 3, "top_k": 2, "support_size": 2}, queries=queries, workers=True)
+          test_settings={"population": 3, "top_k": 2, "support_size": 2}, queries=queries, workers=True)
 def train(config: RandOptConfig, run: Run) -> Artifact:
     support = train_slice(run, 0, config.support_size, "support set")
     for step in run.steps(config.population):

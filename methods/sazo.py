@@ -60,9 +60,9 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from harness.config import Positive, Range
-from harness.contract import Artifact, Run
-from harness.perturb import trainable
+from core.config import Positive, Range
+from core.contract import Artifact, Run
+from core.perturb import trainable
 from methods import register
 from methods.mezo import MeZOConfig, batch_objective, heldout_curve, queries, zo_step, zo_update
 
@@ -131,7 +131,7 @@ BIBTEX = """
 
 @register("sazo", config=SAZOConfig, display="SAZO", order=100, outputs="model", bibtex=BIBTEX,
           paper="SAZO: Sample-Adaptive Zeroth-Order optimisation (arXiv 2610.12566); reconstructed from its abstract",
-          tiny={"steps": 2, "batch_size": 2, "warmup_steps": 1}, queries=queries)
+          test_settings={"steps": 2, "batch_size": 2, "warmup_steps": 1}, queries=queries)
 def train(config: SAZOConfig, run: Run) -> Artifact:
     heldout = heldout_curve(config, run)
     n = len(run.train)

@@ -29,11 +29,11 @@ from typing import Annotated, Sequence
 
 import torch
 
-from evals.tasks.base import Problem
-from harness import spaces
-from harness.config import Positive, Range
-from harness.contract import Artifact, Queries, Run
-from harness.errors import NogradError
+from core import spaces
+from core.config import Positive, Range
+from core.contract import Artifact, QueryCounts, Run
+from core.errors import NogradError
+from core.task import Problem
 from methods import register
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -112,19 +112,19 @@ def warm_start(config: SFTConfig, run: Run) -> None:
         run.log(loss=loss.item())
 
 
-def queries(config: SFTConfig, train: Sequence[Problem], model: torch.nn.Module) -> Queries:
+def queries(config: SFTConfig, train: Sequence[Problem], model: torch.nn.Module) -> QueryCounts:
     """Per step a loss forward and backward of a batch of targets. A split without reference
     solutions is sampled first, self_samples per problem, and how many samples are verified (the
     targets) is not known before: then the count is a bound."""
     if config.sft_steps == 0:
-        return Queries()
+        return QueryCounts()
     targets = sum(1 for p in train if p.solution)
-    sampled = Queries()
+    sampled = QueryCounts()
     if not targets:
-        sampled = dataclasses.replace(Queries.rollouts(len(train) * config.self_samples), bound=True)
+        sampled = dataclasses.replace(QueryCounts.rollouts(len(train) * config.self_samples), bound=True)
         targets = len(train) * config.self_samples
     batch = min(config.sft_batch_size, targets)
-    return sampled + Queries(forward_passes=batch, backward_passes=batch) * config.sft_steps
+    return sampled + QueryCounts(forward_passes=batch, backward_passes=batch) * config.sft_steps
 
 
 ESSA_BIBTEX = """
@@ -137,14 +137,15 @@ ESSA_BIBTEX = """
 }"""  # noqa: E501
 """ESSA's paper, which this warm start comes from: cited for ESSA and for this control."""
 
-TINY = {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2, "sft_batch_size": 2}
-"""The warm start's tiny settings (ESSA adds its search's)."""
+TEST_SETTINGS = {"lora_rank": 2, "lora_alpha": 4.0, "target_modules": ["q_proj", "v_proj"], "sft_steps": 2,
+                 "sft_batch_size": 2}
+"""The warm start's test settings (ESSA adds its search's)."""
 
 
 @register("sft", config=SFTConfig, display="SFT (ESSA's warm start)", order=40, outputs="adapter", bibtex=ESSA_BIBTEX,
           paper="Control, not a paper's method: the LoRA SFT warm start of ESSA alone, without its CMA-ES search "
                 "(Korotyshova et al. 2025, arXiv 2507.04453)",
-          tiny=TINY, queries=queries)
+          test_settings=TEST_SETTINGS, queries=queries)
 def train(config: SFTConfig, run: Run) -> Artifact:
     add_adapter(config, run)
     with run.stage("sft"):

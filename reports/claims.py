@@ -7,7 +7,7 @@ verdict is one of:
 
 - supported / not supported: by the claim's rule (`Threshold`) on the comparison's test, and only
   where the run could tell. Each comparison gives a test of the claim's quantity (a crossed seeds x
-  problems estimate from evals/intervals.py, a t-test over seeds of a log cost ratio, or a sign
+  problems estimate from reports/intervals.py, a t-test over seeds of a log cost ratio, or a sign
   test over paired runs), and the rule's two one-sided tests, 'above the support bar' and 'at or
   below the refute bar', give the claim's p-value. The claims one run tests are one family: Holm's
   step-down method holds the chance that any definite verdict is wrong at `report.family_alpha`;
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from evals.intervals import Estimate, ratio_interval
-from harness.config import ReportConfig
+from core.config import ReportConfig
+from reports.intervals import Estimate, ratio_interval
 from reports.names import display_name
 from reports.scores import (
     GREEDY,

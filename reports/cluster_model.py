@@ -9,7 +9,7 @@ Per step on G GPUs (`es_step_seconds`, `grpo_step_seconds`):
     ES:    T_es(G)   = ceil(N / G) t_member + t_update + 2 G l + (b_out + b_in) / bw
     GRPO:  T_grpo(G) = ceil(R / G) (t_rollout + t_train) + 2 (G - 1) / G S / bw + 2 (G - 1) l
 
-- ES: N members dealt to G workers as harness/population.py deals them (contiguous shares, at
+- ES: N members dealt to G workers as jobs/population.py deals them (contiguous shares, at
   most ceil(N / G) each), t_member the rollouts of one member's batch; every worker then applies
   the step's update from the seeds or vectors it is told (t_update); messages go through the
   driver, a star: one message out to each worker (seeds or search vectors, b_out bytes in all)
@@ -21,7 +21,7 @@ Per step on G GPUs (`es_step_seconds`, `grpo_step_seconds`):
   the gradient of the trainable parameters, S = trainable parameters x bytes per gradient element.
 - Compute from parameter count: a token costs 2 P FLOPs forward (P parameters); a rollout of n
   new tokens 2 P n at `rollout_utilisation` of the GPU's peak; a loss pass over prompt + new
-  tokens costs `forward_equivalents` forwards (harness.meters: the loss forward, the recompute of
+  tokens costs `forward_equivalents` forwards (core.meters: the loss forward, the recompute of
   gradient checkpointing, 2 per backward; GRPO's `queries` in methods/grpo.py counts the same) at
   `train_utilisation` of peak.
 - The speed-up at G is the time GRPO takes per rollout over the time ES takes per rollout, each on
@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.meters import forward_equivalents
+from core.meters import forward_equivalents
 
 GPUS = (1, 2, 4, 8, 16, 32, 64, 128)
 """The cluster sizes the report's curve runs over."""

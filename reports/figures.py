@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from harness.outputs import atomic_path
+from core.outputs import atomic_path
 from methods import METHODS
 from reports.files import FORMATS
 from reports.names import display_name, ordered

@@ -1,10 +1,10 @@
 """Power planned before the run: for each claim a config can test, the smallest effect its test
 detects at 80% power with the config's design (test problems, training seeds), whether that decides
 the claim, and if not the fewest seeds or problems that would. `nograd plan` prints it; the report's
-'detectable effect' is the same calculation (evals.intervals.detectable) with the observed variance.
+'detectable effect' is the same calculation (reports.intervals.detectable) with the observed variance.
 
 A claim's quantity is a combination sum_m c_m x (mean score of method m) on P shared problems,
-S_m seeds of method m. Its variance, in the crossed model of evals/intervals.py, is
+S_m seeds of method m. Its variance, in the crossed model of reports/intervals.py, is
 
     Var = [(d - phi) / 2 x sum_m c_m^2 + sum_m c_m^2 phi_m / (2 S_m)] / P + sum_m c_m^2 tau_m^2 / S_m
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from evals.intervals import detectable
 from reports import claims
+from reports.intervals import detectable
 from reports.scores import GREEDY, ProblemScores
 
 POWER = 0.8

@@ -18,12 +18,12 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from evals.intervals import DEFAULT_CONFIDENCE
-from harness.outputs import atomic_path
+from core.outputs import atomic_path
 from reports import claims as claim_checks
 from reports import cluster_model, figures
 from reports.citations import paper_entries, run_entry
 from reports.files import FIGURE_TITLES
+from reports.intervals import DEFAULT_CONFIDENCE
 from reports.names import display_name, ordered, rank
 from reports.scores import (
     GREEDY,
@@ -694,7 +694,7 @@ def _isolation(header: dict) -> str:
 
 
 def _disk(header: dict) -> str:
-    """The run's disk use as collect found it (reports/build.py)."""
+    """The run's disk use as collect found it (jobs/collect.py)."""
     peak, collected = header.get("peak_disk_mb"), header.get("results_disk_mb")
     if peak is None or collected is None:
         return MISSING
@@ -730,7 +730,7 @@ def _notes(confidence: str) -> list[str]:
         f"Intervals: {confidence}, for the crossed design every figure here has (each training seed answers the "
         "same test problems): Student's t on the grand mean with a variance from the two-way analysis of variance "
         "(problems, seeds and their interaction; Miller, \"Adding Error Bars to Evals\"), Satterthwaite's degrees "
-        "of freedom, and the seed term made median-unbiased for its few degrees of freedom (evals/intervals.py). "
+        "of freedom, and the seed term made median-unbiased for its few degrees of freedom (reports/intervals.py). "
         "An interval holds how much the figure depends on which problems are in the test set and how much it varies "
         "between training runs; simulated with known truth, it covers 93–97% (python -m benchmarks.calibration). "
         "With one seed it is the interval over problems alone. With several seeds the accuracy table also shows "

@@ -4,7 +4,7 @@ Each evaluation's `completions.jsonl` holds every greedy and sampled completion 
 `collect` reduces it to one row per problem (greedy correctness, correct samples out of n), and
 the report compares two methods problem by problem: a method's per-problem score is its mean
 over seeds, the difference is taken on the problems both were scored on, and its interval is
-evals/intervals.py's crossed seeds x problems interval. Pairing by problem removes the part of the
+reports/intervals.py's crossed seeds x problems interval. Pairing by problem removes the part of the
 uncertainty that comes from which problems are in the test set and is shared by both methods;
 each method's seed term keeps the part that comes from which training runs happened to be drawn,
 and methods whose seed k shares work (header `paired_seeds`) are compared seed by seed.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.intervals import DEFAULT_CONFIDENCE, crossed
 from evals.passk import pass_at_k
+from reports.intervals import DEFAULT_CONFIDENCE, crossed
 
 GREEDY = "greedy"
 PASS = "pass@k"
@@ -52,7 +52,7 @@ def read_completions(path: Path, greedy_texts: dict[str, str] | None = None) -> 
 
 @dataclass(frozen=True)
 class Intervals:
-    """How every interval of the report is made: evals/intervals.py's crossed seeds x problems
+    """How every interval of the report is made: reports/intervals.py's crossed seeds x problems
     interval at `confidence`, seeds paired where two methods' seed k share work."""
 
     confidence: float = DEFAULT_CONFIDENCE

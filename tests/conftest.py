@@ -88,7 +88,7 @@ def tiny_config(model_dir: Path, **methods) -> dict:
         "seeds": [0],
         "tasks": {name: TINY_SPLITS.get(name, {"train_size": 8, "test_size": 2}) for name in {**TINY_SPLITS, **TASKS}
                   if name in TASKS},
-        "methods": methods or {"base": {}, "mezo": METHODS["mezo"].tiny},
+        "methods": methods or {"base": {}, "mezo": METHODS["mezo"].test_settings},
         "evaluation": {"samples": 4, "max_new_tokens": 8, "batch_size": 8, "bootstrap_samples": 50,
                        "crosscheck": False},
         "training": {"max_new_tokens": 8, "checkpoint_every": 2},
@@ -103,13 +103,16 @@ def workdir(request, tmp_path, monkeypatch, tiny_model_dir):
     indirect=True)`, or `[(name, settings, top-level config overrides)]`."""
     from types import SimpleNamespace
 
-    from evals import evaluate as evaluation
-    from harness import config, data, models, tracking, training
-    from harness.outputs import write_json
+    from core import config, models
+    from core.outputs import write_json
+    from jobs import data, tracking, validation
+    from jobs import evaluate as evaluation
+    from jobs import train as training
 
     method, settings, *overrides = getattr(request, "param", ("mezo", {"steps": 4, "batch_size": 2}))
     monkeypatch.chdir(tmp_path)
-    cfg = config.validate({**tiny_config(tiny_model_dir, **{method: settings}), **(overrides[0] if overrides else {})})
+    cfg = validation.validate({**tiny_config(tiny_model_dir, **{method: settings}),
+                               **(overrides[0] if overrides else {})})
     run_cfg = config.for_run(cfg, method, "gsm8k", 0)
     models.prepare(cfg.model, Path("results/model"))
     data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
@@ -131,28 +134,28 @@ def workdir(request, tmp_path, monkeypatch, tiny_model_dir):
 def killed_at_step(monkeypatch, step: int):
     """Training, run inside, is killed (KeyboardInterrupt) when it logs step `step`, as a kill
     between checkpoints would; the context expects the interruption and then undoes the patch."""
-    from harness import training
+    from jobs import train as training
 
-    log = training.Run.log
+    log = training.TrainingRun.log
 
     def killed(self, **metrics):
         if self._step == step:
             raise KeyboardInterrupt
         log(self, **metrics)
 
-    monkeypatch.setattr(training.Run, "log", killed)
+    monkeypatch.setattr(training.TrainingRun, "log", killed)
     try:
         with pytest.raises(KeyboardInterrupt):
             yield
     finally:
-        monkeypatch.setattr(training.Run, "log", log)
+        monkeypatch.setattr(training.TrainingRun, "log", log)
 
 
 PLANNED = ("sequences_generated", "forward_passes", "backward_passes", "recompute_passes", "heldout_forward_passes")
 
 
 def assert_as_planned(planned, meters: dict) -> None:
-    """A run spent what `nograd plan` foresaw for it (`Queries`): exactly, or at most where the plan is a bound."""
+    """A run spent what `nograd plan` foresaw for it (`QueryCounts`): exactly, or at most where the plan is a bound."""
     for name in PLANNED:
         foreseen, spent = getattr(planned, name), meters[name]
         assert spent <= foreseen if planned.bound else spent == foreseen, f"{name}: {spent} spent, {foreseen} planned"

@@ -1,4 +1,4 @@
-"""Rewards known in closed form: `SyntheticRun`, a stand-in for `harness.training.Run` for testing
+"""Rewards known in closed form: `SyntheticRun`, a stand-in for `jobs.train.TrainingRun` for testing
 population methods (RandOpt, CoRP) without a language model, and `Target`, a task the tiny
 random model can learn and whose reward tells one completion from another."""
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from core.outputs import write_json
+from core.perturb import perturbed, trainable
 from evals.tasks import Problem, Task
-from harness.outputs import write_json
-from harness.perturb import perturbed, trainable
-from harness.training import Run
+from jobs.train import TrainingRun
 
 SOLUTION = "a" * 12  # 'a' is 97: every character odd
 
@@ -81,8 +81,8 @@ class SyntheticRun:
         self.scores: list[str] = []
         self._step = 0
 
-    seeds_artifact = staticmethod(Run.seeds_artifact)
-    ensemble_artifact = staticmethod(Run.ensemble_artifact)
+    seeds_artifact = staticmethod(TrainingRun.seeds_artifact)
+    ensemble_artifact = staticmethod(TrainingRun.ensemble_artifact)
 
     def displacement(self) -> torch.Tensor:
         """theta - theta_0, flattened in `trainable` order, in float64."""

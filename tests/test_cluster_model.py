@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from harness.config import REPO, load
+from core.config import REPO
+from jobs.validation import load
 from reports import cluster_model as cm
 
 IB = cm.Link(bandwidth=25e9, latency=5e-6)

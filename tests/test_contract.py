@@ -1,4 +1,4 @@
-"""The plug-in contract (harness/contract.py) against everything on either side of it: the
+"""The plug-in contract (core/contract.py) against everything on either side of it: the
 harness's `Run` provides every member with the contract's signature and type, and makes artifacts
 with the fields `Artifact` declares; the test doubles that stand in for it offer nothing outside
 it; methods/*.py use exactly its members of the run; README's list is its member list."""
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import methods
-from harness import contract
-from harness.outputs import read_json
+from core import contract
+from core.outputs import read_json
 from synthetic import SyntheticRun
 from test_sazo import QuadraticRun
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import killed_at_step
-from harness.outputs import read_json
-from harness.perturb import combine_
+from core.outputs import read_json
+from core.perturb import combine_
 from methods.corp import CoRPConfig, compatibility, constructive, ess_weights, merge, paired_lcb, sample_local, stack
 from methods.corp import train as corp
 from synthetic import SyntheticRun

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from evals import crosscheck
-from evals.crosscheck import TEMPLATE, task_config
+from core import config
+from core.errors import NogradError
+from core.outputs import read_json, write_json
 from evals.tasks import TASKS, get_task
-from harness import config, data
-from harness.errors import NogradError
-from harness.outputs import read_json, write_json
+from jobs import crosscheck, data, validation
+from jobs.crosscheck import TEMPLATE, task_config
 
 
 def greedy_texts(completions: Path) -> dict[str, str]:
@@ -39,7 +39,7 @@ def test_lm_eval_reproduces_nograds_greedy_completions(workdir):
 
 
 def test_math_uses_the_tasks_system_prompt_and_the_size_limit(workdir, tiny_model_dir):
-    cfg = config.validate(tiny_config(tiny_model_dir, base={}))
+    cfg = validation.validate(tiny_config(tiny_model_dir, base={}))
     data.prepare(cfg, "math", Path("results/data/math"))
     run_cfg = config.for_run(cfg, "base", "math", 0)
     run_cfg = dataclasses.replace(run_cfg, evaluation=dataclasses.replace(run_cfg.evaluation, crosscheck_size=1))
@@ -84,7 +84,7 @@ def test_the_template_reads_the_prepared_split_through_nograds_hooks(name, tmp_p
     assert cfg["dataset_path"] == "json" and cfg["num_fewshot"] == 0
     assert cfg["dataset_kwargs"]["data_files"]["test"] == str((tmp_path / "test.jsonl").resolve())
     assert cfg["generation_kwargs"]["max_gen_toks"] == 7 and cfg["generation_kwargs"]["do_sample"] is False
-    # Rows as the `data` rule writes them (harness.data.write_split), from the task's offline test split.
+    # Rows as the `data` rule writes them (jobs.data.write_split), from the task's offline test split.
     problems = task.load("test", None)[0]
     right = problems[0]
     wrong = next(p for p in problems if p.answer != right.answer)
@@ -97,7 +97,7 @@ def test_the_template_reads_the_prepared_split_through_nograds_hooks(name, tmp_p
 def test_adapter_and_seed_list_artifacts_are_materialised(workdir, tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from harness import models
+    from core import models
 
     base, _ = models.load(tiny_model_dir)
     adapter = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))

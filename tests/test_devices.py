@@ -1,4 +1,4 @@
-"""One set of GPUs per job (harness/devices.py), tried with fake device ids: the jobs are real
+"""One set of GPUs per job (jobs/devices.py), tried with fake device ids: the jobs are real
 processes that claim devices through the same locks and the same CUDA_VISIBLE_DEVICES a GPU job
 uses; only the ids name no hardware."""
 
@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from harness import config, devices
-from harness.errors import NogradError
+from core import config
+from core.errors import NogradError
+from jobs import devices, validation
 
 REPO = Path(__file__).resolve().parent.parent
 
 JOB = """
 import json, os, subprocess, sys, time
-from harness import devices
+from jobs import devices
 ids = devices.claim(int(sys.argv[1]), "job " + sys.argv[2])
 start = time.time()
 child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
@@ -129,9 +130,9 @@ def test_more_gpus_than_are_visible_is_one_line(monkeypatch, tmp_path):
 def test_gpus_by_method_names_run_methods_and_never_reaches_a_jobs_config():
     raw = tiny_config("model", mezo={}, grpo={})
     with pytest.raises(NogradError, match=r"resources.gpus_by_method names 'essa', which this config does not run"):
-        config.validate({**raw, "resources": {"gpus_by_method": {"essa": 2}}})
-    cfg = config.validate({**raw, "resources": {"gpus": 1, "gpus_by_method": {"grpo": 2}}})
+        validation.validate({**raw, "resources": {"gpus_by_method": {"essa": 2}}})
+    cfg = validation.validate({**raw, "resources": {"gpus": 1, "gpus_by_method": {"grpo": 2}}})
     assert (cfg.resources.for_method("grpo"), cfg.resources.for_method("mezo")) == (2, 1)
-    plain = config.validate(raw)
+    plain = validation.validate(raw)
     assert config.config_hash(config.for_run(cfg, "grpo", "gsm8k", 0)) == \
         config.config_hash(config.for_run(plain, "grpo", "gsm8k", 0)), "a job reran for moving to other devices"

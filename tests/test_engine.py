@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import killed_at_step
-from harness import fitness, models
-from harness.outputs import read_json
-from harness.perturb import combine_, noise, perturb_, perturbed, population, trainable
+from core import fitness, models
+from core.outputs import read_json
+from core.perturb import combine_, noise, perturb_, perturbed, population, trainable
 from methods.mezo import zo_step, zo_update
 
 

@@ -17,10 +17,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import assert_as_planned, killed_at_step
-from evals import evaluate as evaluation
-from harness import meters, models, spaces, training
-from harness.errors import NogradError
-from harness.outputs import read_json
+from core import meters, models, spaces
+from core.errors import NogradError
+from core.outputs import read_json
+from jobs import evaluate as evaluation
+from jobs import train as training
 from methods import METHODS
 from methods.essa import ESSAConfig, generation, new_search, queries
 from methods.sft import SFTConfig
@@ -116,7 +117,7 @@ def test_cma_es_over_singular_values_finds_the_optimum_of_a_known_function(tiny_
 def test_a_population_of_adapters_answers_in_one_batch_as_each_member_alone(tiny_model_dir, decompose):
     """Each row of a mixed-adapter batch gets its own candidate's completion: the batched
     population gives the per-member loop's greedy completions, and leaves the adapter as it was."""
-    from evals.sampler import SamplingParams, sample
+    from core.sampler import SamplingParams, sample
 
     model = adapted(tiny_model_dir)
     _, tokenizer = models.load(tiny_model_dir)

@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness import training
-from harness.outputs import read_json
-from harness.perturb import combination_norm, noise, population
+from core.outputs import read_json
+from core.perturb import combination_norm, noise, population
+from jobs import train as training
 from methods.essam import ESSAMConfig, ESSAMFConfig, essam_step
 
 
@@ -181,8 +181,8 @@ def varied_reward(monkeypatch):
     """The real reward plus a term in the completion's characters: the tiny random model never
     answers, so without it every member would score 0 and no step would move the weights
     (perturbing and restoring alone leaves rounding differences of about 1e-7)."""
-    reward = training.Run.reward
-    monkeypatch.setattr(training.Run, "reward", lambda self, problem, text, score="reward":
+    reward = training.TrainingRun.reward
+    monkeypatch.setattr(training.TrainingRun, "reward", lambda self, problem, text, score="reward":
                         reward(self, problem, text, score) + len(set(text)) / 100)
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from evals.evaluate import _vote
+from core import artifacts, models
+from core.outputs import read_json, write_json
+from core.perturb import combine_, trainable
+from core.task import RewardHack, Ungradable
 from evals.tasks import get_task
-from evals.tasks.base import RewardHack, Ungradable
-from harness import artifacts, models
-from harness.outputs import read_json, write_json
-from harness.perturb import combine_, trainable
+from jobs.evaluate import _vote
 
 
 def test_majority_vote_over_final_answers():
@@ -62,7 +62,7 @@ def test_killed_evaluation_resumes_to_the_same_completions_and_cost(workdir, mon
     """Killed after its first block, or after its last, an evaluation resumes from the blocks cached
     in its work directory to the uninterrupted run's completions and cost; once it has written its
     metrics, its work directory is gone."""
-    from evals import evaluate as evaluation
+    from jobs import evaluate as evaluation
 
     artifact = workdir.train()
     first = workdir.evaluate(artifact, "results/eval/a/metrics.json")

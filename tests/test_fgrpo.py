@@ -10,8 +10,8 @@ from accelerate import Accelerator
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from harness import meters, models
-from harness.outputs import read_json
+from core import meters, models
+from core.outputs import read_json
 from methods.fgrpo import focal_trainer
 
 FGRPOTrainer = focal_trainer()

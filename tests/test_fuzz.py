@@ -23,19 +23,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config
-from evals.tasks.base import MAX_LINE_BYTES, MalformedData, read_jsonl
-from harness import config, data
-from harness.errors import NogradError
+from core import config
+from core.errors import NogradError
+from core.task import MAX_LINE_BYTES, MalformedData, read_jsonl
+from jobs import data, validation
 from methods import METHODS
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 
-BASE = tiny_config("model", **{name: copy.deepcopy(method.tiny) for name, method in METHODS.items()})
+BASE = tiny_config("model", **{name: copy.deepcopy(method.test_settings) for name, method in METHODS.items()})
 """Every registered task and method, at the methods' tiny settings: a config that validates. Each
 method's settings are its own copy: ESSA's tiny settings extend SFT's, and a list the two shared
 would take a value written at one key to the other too."""
-SCHEMA = config.schema()
+SCHEMA = validation.schema()
 CROSS_CHECKED = {"randopt": {"population", "top_k"}, "corp": {"support_size", "rounds"},
                  "grpo": {"prompts_per_step", "num_generations", "micro_batch_size"},
                  "fgrpo": {"prompts_per_step", "num_generations", "micro_batch_size"}}
@@ -96,7 +97,7 @@ def dotted(path: tuple) -> str:
 def refused(raw: Any) -> str:
     """validate's one line for `raw`; any other exception fails the test."""
     with pytest.raises(NogradError) as error:
-        config.validate(raw, source="fuzz.yaml")
+        validation.validate(raw, source="fuzz.yaml")
     message = str(error.value)
     assert len(message.splitlines()) == 1, message
     assert message.startswith("fuzz.yaml: "), message
@@ -170,7 +171,7 @@ def values_within(branch: dict) -> st.SearchStrategy:
 
 
 def test_the_base_config_validates_and_every_key_kind_is_fuzzed():
-    cfg = config.validate(BASE)
+    cfg = validation.validate(BASE)
     assert set(cfg.methods) == set(METHODS)
     paths = {path for path, _ in PATHS}
     assert {("methods", name, f.name) for name, method in METHODS.items() for f in dataclasses.fields(method.config)} \
@@ -204,7 +205,7 @@ def test_a_value_out_of_its_range_is_one_line_naming_its_key(draws):
 def test_a_value_in_range_still_validates(draws):
     path, prop = draws.draw(st.sampled_from(UNCHECKED), label="key")
     value = draws.draw(values_within(numeric(prop)), label="value")
-    cfg = config.validate(with_value(path, value))
+    cfg = validation.validate(with_value(path, value))
     assert at(config.to_dict(cfg), path) == value
 
 
@@ -252,7 +253,7 @@ def k_above_n(draw) -> tuple[str, dict, str]:
 @given(k_above_n())
 def test_settings_that_break_a_methods_check_across_keys_are_one_line_naming_method_and_key(case):
     method, broken, key = case
-    message = refused(with_value(("methods", method), {**METHODS[method].tiny, **broken}))
+    message = refused(with_value(("methods", method), {**METHODS[method].test_settings, **broken}))
     assert f"fuzz.yaml: methods.{method}: {key} ({broken[key]}) must" in message
 
 
@@ -262,10 +263,11 @@ def test_settings_that_keep_a_methods_checks_validate(population, draws):
     top_k = draws.draw(st.integers(1, population))
     prompts, group = draws.draw(st.integers(1, 64)), draws.draw(st.integers(2, 16))
     micro = draws.draw(st.sampled_from([m for m in range(1, prompts * group + 1) if prompts * group % m == 0]))
-    raw = with_value(("methods", "randopt"), {**METHODS["randopt"].tiny, "population": population, "top_k": top_k})
+    raw = with_value(("methods", "randopt"),
+                     {**METHODS["randopt"].test_settings, "population": population, "top_k": top_k})
     raw = with_value(("methods", "grpo"), {"prompts_per_step": prompts, "num_generations": group,
                                            "micro_batch_size": micro}, raw)
-    cfg = config.validate(raw)
+    cfg = validation.validate(raw)
     assert (cfg.methods["randopt"].top_k, cfg.methods["grpo"].micro_batch_size) == (top_k, micro)
 
 
@@ -282,7 +284,7 @@ def test_numbers_take_the_type_their_key_has():
     the Python type the dataclass declares, in lists and nullable keys too."""
     raw = with_value(("methods", "corp", "sigmas"), ["1e-3", 2])
     raw = with_value(("methods", "sazo", "s0"), "1e-2", raw)
-    cfg = config.validate(with_value(("tasks", "gsm8k", "train_size"), 2.0, raw))
+    cfg = validation.validate(with_value(("tasks", "gsm8k", "train_size"), 2.0, raw))
     assert cfg.methods["corp"].sigmas == [1e-3, 2] and cfg.methods["sazo"].s0 == 1e-2
     assert type(cfg.tasks["gsm8k"].train_size) is int
 
@@ -304,7 +306,7 @@ def test_a_config_that_is_not_a_mapping_is_one_line(raw):
 def test_a_config_file_that_is_not_yaml_or_not_a_mapping_is_one_line_naming_it(tmp_path, text, message):
     (tmp_path / "bad.yaml").write_bytes(text)
     with pytest.raises(NogradError, match=message) as error:
-        config.load(tmp_path / "bad.yaml")
+        validation.load(tmp_path / "bad.yaml")
     assert len(str(error.value).splitlines()) == 1
 
 
@@ -315,7 +317,7 @@ def test_a_config_file_that_is_not_yaml_or_not_a_mapping_is_one_line_naming_it(t
 def test_the_cli_ends_a_bad_config_file_with_exit_2_and_one_line(tmp_path, text, message):
     (tmp_path / "bad.yaml").write_text(text)
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "prepare-data", "--config", "bad.yaml", "--task", "gsm8k",
+        [sys.executable, "-m", "jobs.cli", "prepare-data", "--config", "bad.yaml", "--task", "gsm8k",
          "--out", "results/data/gsm8k/manifest.json"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
@@ -351,7 +353,7 @@ def data_dir(root: Path) -> Path:
 
 
 def prepared_config(root: Path) -> config.Config:
-    return config.validate({**tiny_config("model", base={}), "data_dir": str(root),
+    return validation.validate({**tiny_config("model", base={}), "data_dir": str(root),
                             "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}, "math": {"test_size": 2}}})
 
 
@@ -478,5 +480,5 @@ def test_any_line_is_read_as_a_record_or_refused_naming_it(tmp_path, before, aft
 def test_a_method_or_task_named_with_nothing_after_it_takes_its_defaults():
     """`mezo:` alone in YAML reads as null: the method at its paper's defaults, as `mezo: {}`."""
     raw = with_value(("methods", "mezo"), None)
-    cfg = config.validate(with_value(("tasks", "gsm8k"), None, raw))
+    cfg = validation.validate(with_value(("tasks", "gsm8k"), None, raw))
     assert cfg.methods["mezo"] == METHODS["mezo"].config() and cfg.tasks["gsm8k"] == config.TaskConfig()

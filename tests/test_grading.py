@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from core import config, meters
+from core.task import Problem, Ungradable, graded
 from evals import grading
 from evals.tasks import get_task
-from evals.tasks.base import Problem, Ungradable, graded
-from harness import config, meters, training
+from jobs import train as training
 
 SLOW = r"The answer is \boxed{9^{9^{9^{9}}}}."
 """math-verify tries to evaluate the power tower exactly and never finishes."""
@@ -50,5 +51,5 @@ def test_training_scores_it_0_and_counts_a_reward_error_even_when_errors_raise(m
     cfg = config.Config()
     assert cfg.reward.on_error == "raise"
     run = SimpleNamespace(meters=meters.Meters(), task=get_task("math"), config=cfg)
-    assert training.Run.reward_terms(run, PROBLEM, SLOW) == (0.0, 1.0), "correctness 0; the answer is boxed"
+    assert training.TrainingRun.reward_terms(run, PROBLEM, SLOW) == (0.0, 1.0), "correctness 0; the answer is boxed"
     assert run.meters.counts["reward_errors"] == 1 and run.meters.counts["reward_calls"] == 1

@@ -14,11 +14,13 @@ from safetensors.torch import load_file
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from conftest import assert_as_planned, killed_at_step
+from core import artifacts
+from core.config import RewardConfig
+from core.errors import NogradError
+from core.outputs import read_json
 from evals.tasks import get_task
-from harness import artifacts, config, training
-from harness.config import RewardConfig
-from harness.errors import NogradError
-from harness.outputs import read_json
+from jobs import train as training
+from jobs import validation
 from methods.grpo import GRPOMethodConfig, queries
 
 P, G = 2, 2  # prompts per step, completions per prompt
@@ -30,9 +32,9 @@ def train_metrics(artifact: Path) -> dict:
     return read_json(artifact.parent / "metrics.json")
 
 
-def make_run(workdir, cfg=None) -> training.Run:
+def make_run(workdir, cfg=None) -> training.TrainingRun:
     """A harness Run on the prepared tiny model and gsm8k data, outside any training job."""
-    return training.Run(cfg or workdir.config, "grpo", "gsm8k", 0, read_json("results/model/manifest.json"),
+    return training.TrainingRun(cfg or workdir.config, "grpo", "gsm8k", 0, read_json("results/model/manifest.json"),
                         Path("results/data/gsm8k"), Path("results/run"), Path("results/work/run"))
 
 
@@ -46,7 +48,7 @@ def train_with(workdir, cfg) -> Path:
 
 @pytest.mark.parametrize("workdir", [("grpo", ONE_STEP)], indirect=True)
 def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, monkeypatch):
-    from evals import sampler
+    from core import sampler
 
     sampled = []
     decode = sampler.decode
@@ -54,8 +56,8 @@ def test_a_step_meters_every_pass_and_trl_logs_into_the_harness_run(workdir, mon
     started = int(time.time() * 1000)
     order = []
     handle = register_optimizer_step_post_hook(lambda *_: order.append("optimizer step"))
-    log = training.Run.log
-    monkeypatch.setattr(training.Run, "log", lambda self, **m: (order.append("meters logged"), log(self, **m)))
+    log = training.TrainingRun.log
+    monkeypatch.setattr(training.TrainingRun, "log", lambda self, **m: (order.append("meters logged"), log(self, **m)))
     try:
         artifact = workdir.train()
     finally:
@@ -190,7 +192,7 @@ def test_nan_from_the_verifier_never_reaches_the_loss(workdir, monkeypatch):
 ])
 def test_settings_trl_would_reject_are_refused_by_the_config(change, message):
     with pytest.raises(NogradError, match=message):
-        config.validate({"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}},
+        validation.validate({"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}},
                          "methods": {"grpo": {**ONE_STEP, **change}}})
 
 

@@ -5,10 +5,11 @@ import dataclasses
 import pytest
 import torch
 
+from core import config, meters, models
+from core.errors import NogradError
+from core.outputs import WORK, atomic_dir, finished, work_dir, write_json
 from evals.tasks import TASKS
-from harness import config, meters, models
-from harness.errors import NogradError
-from harness.outputs import WORK, atomic_dir, finished, work_dir, write_json
+from jobs import validation
 from methods import METHODS
 from reports.names import ordered
 
@@ -16,15 +17,15 @@ MINIMAL = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}, "met
 
 
 def test_committed_schema_is_generated_from_the_dataclasses():
-    assert config.SCHEMA_PATH.read_text() == config.schema_yaml(), "run: make configs"
+    assert validation.SCHEMA_PATH.read_text() == validation.schema_yaml(), "run: make configs"
 
 
 def test_committed_paper_config_is_generated_from_the_defaults():
-    assert config.PAPER_PATH.read_text() == config.paper_config_yaml(), "run: make configs"
-    paper = config.load(config.PAPER_PATH)
+    assert validation.PAPER_PATH.read_text() == validation.paper_config_yaml(), "run: make configs"
+    paper = validation.load(validation.PAPER_PATH)
     assert list(paper.methods) == ordered(METHODS) and set(paper.tasks) == set(TASKS)
     for name, method in METHODS.items():
-        assert set(config.field_docs(method.config)) == {f.name for f in dataclasses.fields(method.config)}
+        assert set(validation.field_docs(method.config)) == {f.name for f in dataclasses.fields(method.config)}
         assert paper.methods[name] == method.config(), f"paper.yaml {name} is not at its dataclass's defaults"
     assert all(paper.tasks[name] == config.TaskConfig() for name in TASKS), "paper scale runs every split whole"
 
@@ -32,7 +33,7 @@ def test_committed_paper_config_is_generated_from_the_defaults():
 def test_every_method_record_is_complete():
     for name, method in METHODS.items():
         assert method.display and set(method.outputs) <= {"model", "adapter", "seeds", "ensemble"}, name
-        method.config(**method.tiny)  # the tiny settings are the config's own keys
+        method.config(**method.test_settings)  # the test settings are the config's own keys
         if name != "base":
             assert method.paper and method.bibtex.startswith("@") and method.bibtex.endswith("}"), name
             assert method.bibtex.count("{") == method.bibtex.count("}"), f"{name}: unbalanced BibTeX braces"
@@ -57,32 +58,32 @@ def test_every_method_record_is_complete():
 )
 def test_bad_config_fails_with_one_line_naming_key_and_choices(change, message):
     with pytest.raises(NogradError) as error:
-        config.validate({**MINIMAL, **change})
+        validation.validate({**MINIMAL, **change})
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 
 
 def test_yaml_exponents_are_read_as_numbers():
-    cfg = config.validate({**MINIMAL, "methods": {"mezo": {"lr": "1e-6"}}})
+    cfg = validation.validate({**MINIMAL, "methods": {"mezo": {"lr": "1e-6"}}})
     assert cfg.methods["mezo"].lr == 1e-6
 
 
 def test_run_config_holds_only_its_method_and_task():
-    cfg = config.load(config.REPO / "config" / "config.yaml")
+    cfg = validation.load(config.REPO / "config" / "config.yaml")
     run = config.for_run(cfg, "mezo", "math", 0)
     assert list(run.methods) == ["mezo"] and list(run.tasks) == ["math"] and run.seeds == [0]
     assert config.config_hash(run) != config.config_hash(config.for_run(cfg, "base", "math", 0))
-    assert config.validate(config.to_dict(run)) == run
+    assert validation.validate(config.to_dict(run)) == run
 
 
 def test_a_method_job_sees_its_own_number_of_evaluation_samples():
     raw = {**MINIMAL, "methods": {"base": {}, "mezo": {}},
            "evaluation": {"samples": 8, "samples_by_method": {"base": 32}}}
-    cfg = config.validate(raw)
+    cfg = validation.validate(raw)
     assert config.for_run(cfg, "base", "gsm8k", 0).evaluation.samples == 32
     assert config.for_run(cfg, "mezo", "gsm8k", 0).evaluation.samples == 8
     # Changing base's samples leaves mezo's jobs (and their hash) as they were.
-    more = config.validate({**raw, "evaluation": {"samples": 8, "samples_by_method": {"base": 256}}})
+    more = validation.validate({**raw, "evaluation": {"samples": 8, "samples_by_method": {"base": 256}}})
     assert config.config_hash(config.for_run(more, "mezo", "gsm8k", 0)) == \
         config.config_hash(config.for_run(cfg, "mezo", "gsm8k", 0))
 
@@ -137,7 +138,7 @@ def test_missing_model_is_one_clear_line(tmp_path):
 
 
 def test_meters_count_forward_backward_and_generation(tiny_model_dir):
-    from evals.sampler import SamplingParams, sample
+    from core.sampler import SamplingParams, sample
 
     model, tokenizer = models.load(tiny_model_dir)
     meter = meters.Meters()
@@ -189,10 +190,10 @@ def test_rollout_scores_the_reward_or_correctness_alone_each_a_counted_reward_ca
     metered: every completion scored either way is one reward call."""
     from pathlib import Path
 
-    from harness import training
-    from harness.outputs import read_json
+    from core.outputs import read_json
+    from jobs import train as training
 
-    run = training.Run(workdir.config, "mezo", "gsm8k", 0, read_json(Path("results/model/manifest.json")),
+    run = training.TrainingRun(workdir.config, "mezo", "gsm8k", 0, read_json(Path("results/model/manifest.json")),
                        Path("results/data/gsm8k"), Path("results/out"), Path("results/work"))
     first = run.train[0].id
     monkeypatch.setattr(type(run.task), "is_correct", lambda self, problem, text: problem.id == first)
@@ -209,9 +210,9 @@ def test_rollout_scores_the_reward_or_correctness_alone_each_a_counted_reward_ca
 def test_a_model_stored_as_seeds_is_rebuilt_only_from_the_noise_it_was_trained_with(tiny_model_dir):
     """The same seed draws other numbers on the CPU and on a GPU: training records where its noise
     was drawn, and a rebuild elsewhere stops with one line instead of evaluating other weights."""
-    from harness import artifacts
-    from harness.perturb import combine_
-    from harness.training import with_noise_device
+    from core import artifacts
+    from core.perturb import combine_
+    from jobs.train import with_noise_device
 
     seeds = {"kind": "seeds", "terms": [[1, 0.1]], "mode": "iid", "trained": True}
     stamped = with_noise_device({"kind": "ensemble", "members": [seeds, {"kind": "adapter", "path": "a"}]}, "cpu")

@@ -1,4 +1,4 @@
-"""The crossed seeds x problems interval (evals/intervals.py) against a hand computation of the
+"""The crossed seeds x problems interval (reports/intervals.py) against a hand computation of the
 two-way analysis of variance, and its behaviour where seeds agree, disagree or share work. Its
 coverage by simulation is in tests/test_calibration.py."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evals.intervals import crossed, median_unbiased, ratio_interval
+from reports.intervals import crossed, median_unbiased, ratio_interval
 
 
 def by_hand(y: np.ndarray) -> tuple[float, float, float]:

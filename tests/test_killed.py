@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from conftest import tiny_config
+from core.outputs import read_json
 from fingerprint import fingerprint
-from harness.outputs import read_json
 from test_pipeline import REPO, snakemake
 
 MEZO = {"steps": 60, "batch_size": 2, "eval_every": 30, "heldout_size": 2}

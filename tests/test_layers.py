@@ -37,11 +37,11 @@ def test_parsing_the_snakefile_imports_no_training_library(tmp_path):
 
 
 def test_data_collect_and_report_jobs_import_no_training_library():
-    modules = imported("import harness.cli, harness.data, reports.build", "from harness import config",
+    modules = imported("import jobs.cli, jobs.data, jobs.collect", "from harness import config",
                        "config.paper_config()")  # every method's and task's record and config
     assert not training_libraries(modules), training_libraries(modules)
 
 
 def test_evaluation_does_not_import_the_report_renderer():
-    modules = imported("import evals.evaluate")
+    modules = imported("import jobs.evaluate")
     assert "reports.figures" in modules and "reports.render" not in modules

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals import evaluate as evaluation
+from core import config, models
+from core.outputs import write_json
 from evals.tasks import TASKS
-from harness import config, models, tracking, training
-from harness.outputs import write_json
+from jobs import evaluate as evaluation
+from jobs import tracking
+from jobs import train as training
 from methods import METHODS
 from synthetic import Target, write_target_data
 

@@ -1,4 +1,4 @@
-"""Every registered method, at its record's tiny settings, through train -> kill -> resume ->
+"""Every registered method, at its record's test settings, through train -> kill -> resume ->
 evaluate: the resumed run leaves the artifact kind its record declares and answers exactly as an
 uninterrupted run does, and training and evaluation spend what `nograd plan` foresaw for them. A
 new method is covered by registering it."""
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_as_planned, killed_at_step
-from evals.evaluate import queries as evaluation_queries
-from harness import data, models
-from harness.outputs import read_json
+from core import models
+from core.outputs import read_json
+from jobs import data
+from jobs.evaluate import queries as evaluation_queries
 from methods import METHODS
 
 
@@ -24,7 +25,7 @@ def answers(workdir, artifact: Path, out: str, inference_passes: int = 1) -> str
     return Path(out, "completions.jsonl").read_text()
 
 
-@pytest.mark.parametrize("workdir", [(name, METHODS[name].tiny) for name in METHODS], ids=list(METHODS),
+@pytest.mark.parametrize("workdir", [(name, METHODS[name].test_settings) for name in METHODS], ids=list(METHODS),
                          indirect=True)
 def test_trains_resumes_and_evaluates_as_an_uninterrupted_run(workdir, monkeypatch):
     [name] = workdir.config.methods

@@ -5,9 +5,9 @@ loss curve and what it costs."""
 import pytest
 import torch
 
-from harness import training
-from harness.outputs import read_json
-from harness.perturb import combine_, noise, perturb_
+from core.outputs import read_json
+from core.perturb import combine_, noise, perturb_
+from jobs import train as training
 from methods.mezo import zo_step, zo_update
 
 
@@ -114,13 +114,13 @@ def test_heldout_loss_from_step_0_to_the_end_on_fixed_unseen_problems_costs_no_t
     the training meters are MeZO's 2 passes over a batch of 2 per step, and each held-out row
     carries the training queries spent to reach the weights it evaluated."""
     calls = []  # (problem ids, inside a held-out evaluation), in order
-    loss = training.Run.loss
+    loss = training.TrainingRun.loss
 
     def recording(self, problems, grad=False):
         calls.append(({p.id for p in problems}, self.meters._active_phase == "heldout"))
         return loss(self, problems, grad)
 
-    monkeypatch.setattr(training.Run, "loss", recording)
+    monkeypatch.setattr(training.TrainingRun, "loss", recording)
     result = read_json(workdir.train().parent / "metrics.json")
     meters, history = result["meters"], result["history"]
     assert meters["forward_passes"] == meters["forward_equivalents"] == 2 * 2 * 4

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness import fitness, models, training
-from harness.errors import NogradError
-from harness.outputs import read_json
-from harness.perturb import all_finite, combine_, moved_finite, perturb_, perturbed, trainable
+from core import fitness, models
+from core.errors import NogradError
+from core.outputs import read_json
+from core.perturb import all_finite, combine_, moved_finite, perturb_, perturbed, trainable
+from jobs import train as training
 
 NAN = math.nan
 OVERFLOW = 3e38
@@ -80,10 +81,10 @@ def test_a_lasting_update_that_is_not_finite_stops_with_one_line(tiny_model_dir)
         perturb_(weights, 3, OVERFLOW)
 
 
-def _run(workdir, on_nonfinite: str = "skip") -> training.Run:
+def _run(workdir, on_nonfinite: str = "skip") -> training.TrainingRun:
     cfg = workdir.config
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, on_nonfinite=on_nonfinite))
-    return training.Run(cfg, "mezo", "gsm8k", 0, read_json(Path("results/model/manifest.json")),
+    return training.TrainingRun(cfg, "mezo", "gsm8k", 0, read_json(Path("results/model/manifest.json")),
                         Path("results/data/gsm8k"), Path("results/out"), Path("results/scratch"))
 
 

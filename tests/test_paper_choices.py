@@ -8,7 +8,8 @@ import typing
 
 import pytest
 
-from harness import config
+from core import config
+from jobs import validation
 
 PAPER_CHOICES = [
     # (method, key, the paper's code, where METHODS.md says so)
@@ -24,7 +25,7 @@ PAPER_CHOICES = [
 FORMAT_WEIGHT = 0.1
 """METHODS.md 5: ESSAM's reward is correctness + 0.1 x format reward, the harness's reward.format_weight term."""
 
-PAPER = config.load(config.REPO / "config" / "paper.yaml")
+PAPER = validation.load(config.REPO / "config" / "paper.yaml")
 
 
 @pytest.mark.parametrize("method, key, paper, source", PAPER_CHOICES, ids=[f"{m}.{k}" for m, k, *_ in PAPER_CHOICES])
@@ -35,7 +36,7 @@ def test_paper_yaml_makes_the_paper_code_choice_and_keeps_the_other_as_an_ablati
     for other in set(choices) - {paper}:
         ablation = dataclasses.replace(PAPER,
                                        methods={method: dataclasses.replace(PAPER.methods[method], **{key: other})})
-        assert getattr(config.validate(config.to_dict(ablation)).methods[method], key) == other
+        assert getattr(validation.validate(config.to_dict(ablation)).methods[method], key) == other
 
 
 def test_paper_yaml_reward_has_essam_format_term():

@@ -13,9 +13,9 @@ import yaml
 from safetensors.torch import load_file
 
 from conftest import killed_at_step, tiny_config
+from core.outputs import disk_mb, read_json
 from evals.tasks import TASKS
 from fingerprint import assert_unchanged
-from harness.outputs import disk_mb, read_json
 from methods import METHODS
 from methods.sft import SFTConfig
 from reports.names import ordered
@@ -155,8 +155,8 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
 
 RL = ("grpo", "fgrpo")
 """Run on every task by their own DAG test; base and MeZO by the whole DAG's."""
-OTHERS = {name: METHODS[name].tiny for name in ordered(METHODS) if name not in (*RL, "base", "mezo")}
-"""Every other registered method, at its record's tiny settings: a new method is in here by registering."""
+OTHERS = {name: METHODS[name].test_settings for name in ordered(METHODS) if name not in (*RL, "base", "mezo")}
+"""Every other registered method, at its record's test settings: a new method is in here by registering."""
 
 
 def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
@@ -188,7 +188,7 @@ def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
 
 
 def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir, monkeypatch):
-    cfg = tiny_config(tiny_model_dir, **{m: METHODS[m].tiny for m in RL})
+    cfg = tiny_config(tiny_model_dir, **{m: METHODS[m].test_settings for m in RL})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg, "resources": {"gpus_by_method": {"grpo": 2}}}))
     # Three fake GPUs (tests/test_devices.py): each job holds its method's count, by the same locks as on GPUs.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")

@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from conftest import tiny_config
-from harness import config, plan
-from harness.contract import Queries
-from harness.outputs import write_json
+from core.contract import QueryCounts
+from core.outputs import write_json
+from jobs import plan, validation
 from methods import METHODS
 from reports import power
 
@@ -31,10 +31,10 @@ def cells(text: str) -> dict[tuple[str, str, str], list[str]]:
 
 def test_the_plan_counts_every_job_and_adds_them_up(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    methods = {"base": {}, "mezo": METHODS["mezo"].tiny, "randopt": METHODS["randopt"].tiny,
-               "corp": METHODS["corp"].tiny}
+    methods = {"base": {}, "mezo": METHODS["mezo"].test_settings, "randopt": METHODS["randopt"].test_settings,
+               "corp": METHODS["corp"].test_settings}
     raw = {**tiny_config(tiny_model_dir, **methods), "seeds": [0, 1]}
-    cfg = config.validate(raw)
+    cfg = validation.validate(raw)
     text = plan.render(cfg, 1000.0, "given")
     table = cells(text)
     assert len(table) == 2 * len(methods) * len(cfg.tasks) + 1, "a train and an evaluate row per method and task"
@@ -63,8 +63,8 @@ def power_rows(text: str) -> dict[str, list[str]]:
 
 def test_the_plan_says_which_claims_its_design_can_decide(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    methods = {m: METHODS[m].tiny for m in ("base", "grpo", "essam", "mezo", "sazo")}
-    cfg = config.validate({**tiny_config(tiny_model_dir, **methods), "seeds": [0, 1, 2]})
+    methods = {m: METHODS[m].test_settings for m in ("base", "grpo", "essam", "mezo", "sazo")}
+    cfg = validation.validate({**tiny_config(tiny_model_dir, **methods), "seeds": [0, 1, 2]})
     rows = power_rows(plan.render(cfg, None, ""))
     assert set(rows) == {"essam_parity", "essam_memory", "sazo_queries"}, "only what the config's methods can test"
     parity = rows["essam_parity"]
@@ -79,8 +79,8 @@ def test_the_plan_says_which_claims_its_design_can_decide(tmp_path, tiny_model_d
 
 def test_a_job_that_would_stop_is_named_and_left_out_of_the_total(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = config.validate(tiny_config(tiny_model_dir, mezo=METHODS["mezo"].tiny,
-                                      randopt={**METHODS["randopt"].tiny, "support_size": 5}))
+    cfg = validation.validate(tiny_config(tiny_model_dir, mezo=METHODS["mezo"].test_settings,
+                                      randopt={**METHODS["randopt"].test_settings, "support_size": 5}))
     text = plan.render(cfg, None, "")
     table = cells(text)
     assert table["train", "randopt", "code"][1:5] == ["would stop"] * 4
@@ -92,16 +92,16 @@ def test_a_job_that_would_stop_is_named_and_left_out_of_the_total(tmp_path, tiny
 
 def test_cross_checked_tasks_add_lm_evals_greedy_answers_of_single_models(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    raw = tiny_config(tiny_model_dir, mezo=METHODS["mezo"].tiny, randopt=METHODS["randopt"].tiny)
+    raw = tiny_config(tiny_model_dir, mezo=METHODS["mezo"].test_settings, randopt=METHODS["randopt"].test_settings)
     raw["evaluation"].update(crosscheck=True, crosscheck_size=1)
-    table = cells(plan.render(config.validate(raw), None, ""))
+    table = cells(plan.render(validation.validate(raw), None, ""))
     checked = {(method, task) for job, method, task in table if job == "crosscheck"}
     assert checked == {("mezo", task) for task in ("gsm8k", "math")}, "no vote of an ensemble, no code task"
     assert table["crosscheck", "mezo", "gsm8k"][1] == "1"
 
 
 def test_device_hours_are_forward_equivalents_of_a_rollouts_length_at_the_throughput():
-    counts = Queries(sequences_generated=10, forward_passes=30, backward_passes=10, recompute_passes=10,
+    counts = QueryCounts(sequences_generated=10, forward_passes=30, backward_passes=10, recompute_passes=10,
                      heldout_forward_passes=5)
     assert plan._equivalents(counts) == 30 + 10 + 2 * 10 + 5
 
@@ -111,7 +111,7 @@ def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness.cli", "plan", "--configfile", "config.yaml", *args],
+        return subprocess.run([sys.executable, "-m", "jobs.cli", "plan", "--configfile", "config.yaml", *args],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
     plain = run()
@@ -144,7 +144,7 @@ def test_the_cli_takes_the_sampler_benchmarks_throughput_or_says_it_has_none(tmp
 def test_the_gpu_day_config_decides_what_its_comments_say():
     """config/gpu-day.yaml on GSM8K's 1,319 test problems: SAZO's queries and ESSAM's memory are
     decidable, ESSAM's parity is not, under the planner's stated assumptions."""
-    cfg = config.load(REPO / "config" / "gpu-day.yaml")
+    cfg = validation.load(REPO / "config" / "gpu-day.yaml")
     rows = {row["claim"]: row for row in power.table(cfg, {"gsm8k": 1319}, {"gsm8k": 1319}, power.Assumptions())}
     assert set(rows) == {"sazo_queries", "essam_parity", "essam_memory"}
     assert rows["sazo_queries"]["decidable"] == "yes" and rows["sazo_queries"]["design"] == "8 paired runs"

@@ -1,6 +1,6 @@
 """A method and a task added as a newcomer adds them: one file each, registered through the
 registries alone, then run through the tiny DAG to a report. Here both live in one plugin file
-outside the repository (NOGRAD_PLUGINS, harness/plugins.py), so that nothing in the checkout is
+outside the repository (NOGRAD_PLUGINS, core/plugins.py), so that nothing in the checkout is
 touched; a file in methods/ or evals/tasks/ registers the same way."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from conftest import tiny_config
-from harness import plugins
-from harness.errors import NogradError
-from harness.outputs import read_json
+from core import plugins
+from core.errors import NogradError
+from core.outputs import read_json
 from test_pipeline import snakemake
 
 PLUGIN = textwrap.dedent('''
@@ -23,7 +23,7 @@ PLUGIN = textwrap.dedent('''
     from dataclasses import dataclass
 
     from evals.tasks import register_task
-    from evals.tasks.base import Problem, Source, Task
+    from core.task import Problem, Source, Task
     from methods import register
 
 
@@ -66,9 +66,9 @@ PLUGIN = textwrap.dedent('''
 
 
     @register("nudge", config=NudgeConfig, display="Nudge", order=1000, outputs="seeds", bibtex=BIBTEX,
-              paper="A test's throwaway method", tiny={"sigma": 0.01})
+              paper="A test's throwaway method", test_settings={"sigma": 0.01})
     def train(config, run):
-        from harness.perturb import perturbed, trainable
+        from core.perturb import perturbed, trainable
 
         batch = run.batch(2)
         rewards = {}

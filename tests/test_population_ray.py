@@ -1,4 +1,4 @@
-"""`training.population: ray` (harness/population.py): ESSAM, RandOpt and CoRP scoring their
+"""`training.population: ray` (jobs/population.py): ESSAM, RandOpt and CoRP scoring their
 populations on two local Ray CPU workers give, for the same seeds, the single-process run's result
 bit for bit (weights or seed lists, every logged reward, every query counted), while only seeds,
 scalars and meters cross; a resumed run's workers start from its centre; and what cannot work
@@ -20,10 +20,12 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import killed_at_step
+from core import config, meters, models
+from core.errors import NogradError
+from core.outputs import read_json, write_json
 from evals.tasks import TASKS
-from harness import config, meters, models, population, tracking, training
-from harness.errors import NogradError
-from harness.outputs import read_json, write_json
+from jobs import population, tracking, validation
+from jobs import train as training
 from methods import METHODS
 from synthetic import Target, write_target_data
 
@@ -200,7 +202,7 @@ def test_methods_that_cannot_use_workers_are_refused_at_validation(tiny_model_di
     with pytest.raises(NogradError, match=r"^config: training.population: 'ray' scores seeded populations on Ray "
                                           r"workers, and mezo, essa score none through run.score_population, .*"
                                           r"\(ray runs essam, essam_f, randopt, corp\)$"):
-        config.validate(raw)
-    assert config.validate({**raw, "methods": {"base": {}, "essam": {}}}).training.population == "ray"
+        validation.validate(raw)
+    assert validation.validate({**raw, "methods": {"base": {}, "essam": {}}}).training.population == "ray"
     with pytest.raises(NogradError, match="with sampler: 'vllm': the Ray workers roll out with nograd's torch sampler"):
-        config.validate({**raw, "methods": {"essam": {}}, "sampler": "vllm"})
+        validation.validate({**raw, "methods": {"essam": {}}, "sampler": "vllm"})

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from benchmarks.calibration import Method, draw
-from evals.intervals import crossed, detectable
 from reports import power
+from reports.intervals import crossed, detectable
 from test_calibration import parity_verdicts
 
 F = 0.8

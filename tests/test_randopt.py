@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import killed_at_step
-from harness.errors import NogradError
-from harness.outputs import read_json
-from harness.perturb import noise, trainable
+from core.errors import NogradError
+from core.outputs import read_json
+from core.perturb import noise, trainable
 from methods.randopt import RandOptConfig, discover, select
 from methods.randopt import train as randopt
 from synthetic import SyntheticRun

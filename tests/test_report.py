@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import yaml
 
-from evals.intervals import crossed
+from core import config
+from core.outputs import read_json, write_json
 from evals.passk import mean_ci, pass_at_k_curve
-from harness import config, tracking
-from harness.outputs import read_json, write_json
+from jobs import collect as build
+from jobs import tracking, validation
 from methods import METHODS as REGISTERED
-from reports import build
 from reports.files import outputs
+from reports.intervals import crossed
 from reports.names import display_name, ordered
 from reports.render import render
 
@@ -326,10 +327,10 @@ def test_the_embedded_default_shape_gives_no_definite_verdict(tmp_path):
 
 def test_report_settings_reach_the_summary_and_no_other_job():
     raw = yaml.safe_load((config.REPO / "config" / "config.yaml").read_text())
-    cfg = config.validate({**raw, "report": {"min_seeds": 5}})
-    assert cfg.report.min_seeds == 5 and config.validate(raw).report.min_seeds == 3
+    cfg = validation.validate({**raw, "report": {"min_seeds": 5}})
+    assert cfg.report.min_seeds == 5 and validation.validate(raw).report.min_seeds == 3
     assert config.for_run(cfg, report=True).report.min_seeds == 5
-    default = config.validate(raw)
+    default = validation.validate(raw)
     for method, task, seed in ((None, None, None), (None, "math", None), ("mezo", "math", 0)):
         assert config.config_hash(config.for_run(cfg, method, task, seed)) == \
             config.config_hash(config.for_run(default, method, task, seed)), "no job reruns for a verdict rule"
@@ -434,7 +435,7 @@ def result_files(tmp_path, monkeypatch):
     for task, size in TASKS.items():
         split = {"kind": "package", "name": f"{task}-data", "version": "1", "size": size, "hash": f"{task}hash"}
         write_json(root / "results" / "data" / task / "manifest.json", {"task": task, "train": split, "test": split})
-    cfg = config.validate({
+    cfg = validation.validate({
         "name": "fixture", "model": "fixture-model", "seeds": SEEDS,
         "tasks": {task: {"train_size": size, "test_size": size} for task, size in TASKS.items()},
         "methods": {m: ({"population": 3} if m == "corp" else {"population": 8, "top_k": 2} if m == "randopt" else {})

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from conftest import tiny_config
-from harness.outputs import read_json
+from core.outputs import read_json
 from reports.files import outputs
 
 REPO = Path(__file__).resolve().parent.parent

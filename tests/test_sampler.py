@@ -9,8 +9,8 @@ import torch
 from scipy import stats
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-from evals.sampler import SamplingParams, decode, draw, sample, stop_ids
-from harness import meters, models
+from core import meters, models
+from core.sampler import SamplingParams, decode, draw, sample, stop_ids
 
 PROMPTS = ["a b", "Natalia sold clips to 48 of her friends", "def add(a, b):\n    return", "c", "What is 1 + 2?"]
 
@@ -70,7 +70,7 @@ def test_nucleus_is_generates_top_p_distribution():
     """draw's distribution is exactly softmax(logits / T) restricted to TopPLogitsWarper's nucleus:
     checked on every row's support and renormalised probabilities, including rows whose nucleus
     is wider than the candidates looked at first."""
-    from evals import sampler
+    from core import sampler
 
     torch.manual_seed(0)
     logits = torch.cat([torch.randn(6, 1000) * 4, torch.randn(2, 1000) * 0.1])  # peaked and flat rows

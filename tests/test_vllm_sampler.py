@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from evals.sampler import SamplingParams, sample
-from harness import config, meters, models, spaces
-from harness.errors import NogradError
-from harness.outputs import write_json
+from core import config, meters, models, spaces
+from core.errors import NogradError
+from core.outputs import write_json
+from core.sampler import SamplingParams, sample
+from jobs import validation
 
 
 class FakeLLM:
@@ -96,8 +97,8 @@ def fake_vllm(monkeypatch):
 def test_without_vllm_the_vllm_sampler_is_one_clear_line_and_torch_needs_nothing(tiny_model_dir):
     assert "vllm" not in sys.modules or sys.modules["vllm"].__spec__ is None
     with pytest.raises(NogradError, match=r"^config: sampler: 'vllm' needs vLLM installed .*'torch' runs anywhere$"):
-        config.validate({**tiny_config(tiny_model_dir), "sampler": "vllm"})
-    assert config.validate(tiny_config(tiny_model_dir)).sampler == "torch"
+        validation.validate({**tiny_config(tiny_model_dir), "sampler": "vllm"})
+    assert validation.validate(tiny_config(tiny_model_dir)).sampler == "torch"
 
 
 def write_artifacts(tiny_model_dir: Path) -> None:
@@ -117,9 +118,9 @@ def write_artifacts(tiny_model_dir: Path) -> None:
 
 def evaluate_with_vllm(workdir, name: str, out: str) -> dict:
     """`name`.json evaluated as the workdir's job would be, under `sampler: vllm`."""
-    from evals import evaluate as evaluation
+    from jobs import evaluate as evaluation
 
-    vllm_config = config.validate({**config.to_dict(workdir.config), "sampler": "vllm"})
+    vllm_config = validation.validate({**config.to_dict(workdir.config), "sampler": "vllm"})
     return evaluation.evaluate(vllm_config, name, "gsm8k", 0, artifact_file=Path(f"{name}.json"),
                                data_dir=Path("results/data/gsm8k"), tracking_file=Path("results/tracking.json"),
                                out=Path(out))
@@ -181,7 +182,8 @@ def test_population_rollout_through_vllm_serves_every_generations_own_adapters(t
     those of peft's mixed-adapter batch."""
     from peft import LoraConfig, get_peft_model
 
-    from harness import data, training
+    from jobs import data
+    from jobs import train as training
 
     monkeypatch.chdir(tmp_path)
     with torch.no_grad():  # a copy of the tiny model whose completions depend on its weights
@@ -192,9 +194,9 @@ def test_population_rollout_through_vllm_serves_every_generations_own_adapters(t
         base.save_pretrained("model")
         tokenizer.save_pretrained("model")
     raw = {**tiny_config(Path("model").resolve(), essa={}), "sampler": "vllm"}
-    cfg = config.for_run(config.validate(raw), "essa", "gsm8k", 0)
+    cfg = config.for_run(validation.validate(raw), "essa", "gsm8k", 0)
     data.prepare(cfg, "gsm8k", Path("data"))
-    run = training.Run(cfg, "essa", "gsm8k", 0, models.prepare(cfg.model, Path("results/model")), Path("data"),
+    run = training.TrainingRun(cfg, "essa", "gsm8k", 0, models.prepare(cfg.model, Path("results/model")), Path("data"),
                        Path("out"), Path("work"))
     run.model = get_peft_model(run.model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     space, problems = spaces.SingularValues(run.model, "each"), run.train[:2]

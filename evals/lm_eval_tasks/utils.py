@@ -5,15 +5,15 @@ of these tasks differs from nograd's evaluation only in its generation loop: lm-
 padding and `model.generate`, against nograd's sampler. The cross-check is there to catch a bug
 in that loop, not to compare two graders. (lm-eval's stock gsm8k scores 5-shot with its own
 regexes, and its MATH tasks grade minerva-style; either would move the number for reasons that
-say nothing about the sampler.) Each hook takes the task's name first: `evals.crosscheck.task_config`
+say nothing about the sampler.) Each hook takes the task's name first: `jobs.crosscheck.task_config`
 binds it (functools.partial), giving lm-eval the `doc_to_text(doc)` and `process_results(doc, results)`
 it calls.
 """
 
 from __future__ import annotations
 
+from core.task import Problem, graded
 from evals.tasks import get_task
-from evals.tasks.base import Problem, graded
 
 
 def problem(doc: dict) -> Problem:

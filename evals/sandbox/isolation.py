@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import NogradError
+from core.errors import NogradError
 
 LEVELS = ("full", "none")
 SANDBOX_USER = "nobody"

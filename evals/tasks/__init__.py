@@ -1,6 +1,6 @@
 """The task registry: every task by name, so that configs and the CLI can name them.
 
-A task is one module in this package (or a plugin file named by NOGRAD_PLUGINS, `harness.plugins`)
+A task is one module in this package (or a plugin file named by NOGRAD_PLUGINS, `core.plugins`)
 whose `Task` subclass is decorated with `register_task`. Every module of the package is imported
 below, in name order, then the plugins: adding a task is adding its file.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from evals.tasks.base import DataUnavailable, Problem, Source, Task, content_hash
-from harness import plugins
+from core import plugins
+from core.task import DataUnavailable, Problem, Source, Task, content_hash
 
 TASKS: dict[str, Task] = {}
 """Each registered task's one instance, by name, in registration order."""

@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from evals.sandbox import run_program, select_isolation
-from evals.tasks import register_task
-from evals.tasks.base import (
+from core.errors import NogradError
+from core.packages import package_file, package_version
+from core.task import (
     Attempt,
     Problem,
     RewardHack,
@@ -26,8 +26,8 @@ from evals.tasks.base import (
     read_jsonl,
     seeded_split,
 )
-from harness.errors import NogradError
-from harness.packages import package_file, package_version
+from evals.sandbox import run_program, select_isolation
+from evals.tasks import register_task
 
 HUMANEVAL_SEED = 0
 HUMANEVAL_TEST_FRACTION = 0.5

@@ -22,9 +22,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from evals import grading
-from evals.tasks import register_task
-from evals.tasks.base import (
+from core.packages import package_file, package_version
+from core.task import (
     Attempt,
     Problem,
     Source,
@@ -34,7 +33,8 @@ from evals.tasks.base import (
     local_attempt,
     read_jsonl,
 )
-from harness.packages import package_file, package_version
+from evals import grading
+from evals.tasks import register_task
 
 SYMBOLIC_SEED = 0
 SYMBOLIC_COUNT = 2000

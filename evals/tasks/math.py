@@ -19,9 +19,8 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from evals import grading
-from evals.tasks import register_task
-from evals.tasks.base import (
+from core.packages import package_file, package_version
+from core.task import (
     Attempt,
     Problem,
     Source,
@@ -32,7 +31,8 @@ from evals.tasks.base import (
     local_attempt,
     seeded_split,
 )
-from harness.packages import package_file, package_version
+from evals import grading
+from evals.tasks import register_task
 
 HENDRYCKS_SUBJECTS = (
     "algebra",

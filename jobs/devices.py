@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.errors import NogradError
+from core.errors import NogradError
 
 _held: list = []
 """The open lock files of the devices this process holds: closing one (or ending) frees it."""

@@ -3,7 +3,7 @@ model, before the run, and about how long it will take on one device.
 
 Counts come from each method's `queries` (its record, methods/__init__.py) on the training
 problems its jobs will get (each task's data prepared as the data rule prepares it), and from
-evaluation's own (`evals.evaluate.queries`); tests/test_methods.py holds every method's to the
+evaluation's own (`jobs.evaluate.queries`); tests/test_methods.py holds every method's to the
 meters of a real run. A count that depends on outcomes is its largest, marked "<=". Tokens
 generated are at most max_new_tokens per rollout.
 
@@ -24,10 +24,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from harness import config as configuration
-from harness import data, meters, models
-from harness.contract import Queries
-from harness.errors import NogradError
+from core import config as configuration
+from core import meters, models
+from core.contract import QueryCounts
+from core.errors import NogradError
+from jobs import data
 from methods import get_method
 from reports import power
 
@@ -49,8 +50,8 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
     """One row per (job kind, method, task), counts per job; a line on each task's data; and each
     task's test problems, as prepared and as available in its source. Without the model's config
     (no hub here) there are no job rows, and the notes say why: the power table needs only the data."""
-    from evals.evaluate import queries as evaluation_queries
     from evals.tasks import get_task
+    from jobs.evaluate import queries as evaluation_queries
 
     found, notes, sizes = [], [], {}
     try:
@@ -79,7 +80,7 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
             if cfg.evaluation.crosscheck and get_task(task).crosscheck and members == 1 and not stops:
                 # lm-eval's greedy answer to each cross-checked problem (an ensemble's is not applicable)
                 checked = min(len(test), cfg.evaluation.crosscheck_size or len(test))
-                jobs.append(("crosscheck", Queries.rollouts(checked), cfg.evaluation.max_new_tokens))
+                jobs.append(("crosscheck", QueryCounts.rollouts(checked), cfg.evaluation.max_new_tokens))
             for phase, counts, length in jobs:
                 found.append({"job": phase, "method": method, "task": task, "jobs": len(cfg.seeds),
                               "counts": counts, "length": length, "stops": stops,
@@ -88,7 +89,7 @@ def rows(cfg: configuration.Config, tokens_per_second: float | None) -> tuple[li
     return found, notes, sizes
 
 
-def _equivalents(counts: Queries) -> int:
+def _equivalents(counts: QueryCounts) -> int:
     """The meters' forward-equivalents, and the held-out loss's forwards, which take device time too."""
     return (meters.forward_equivalents(counts.forward_passes, counts.recompute_passes, counts.backward_passes)
             + counts.heldout_forward_passes)
@@ -103,7 +104,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     """The plan as a Markdown table with a total, and what it assumes; then the claims' power table."""
     found, notes, sizes = rows(cfg, tokens_per_second)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    total = {"jobs": 0, "hours": 0.0, "counts": Queries()}
+    total = {"jobs": 0, "hours": 0.0, "counts": QueryCounts()}
     stopping = sorted({f"{row['method']} on {row['task']}: {row['stops']}" for row in found if row["stops"]})
     for row in found:
         counts, hours, bound = row["counts"], row["hours"], row["counts"] is not None and row["counts"].bound
@@ -130,7 +131,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     if tokens_per_second:
         said.append(f"Device-hours at {tokens_per_second:,.1f} tokens/s ({source}): forward-equivalents (forward "
                     "passes, recomputed forwards, 2 per backward) x max_new_tokens each / tokens per second; an "
-                    "order of magnitude, see harness/plan.py.")
+                    "order of magnitude, see jobs/plan.py.")
     else:
         said.append("No device-hours: give --tokens-per-second, or run `python -m benchmarks.sampler` on the device.")
     said += [f"Would stop before training, and is not in the total: {line}" for line in stopping]

@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from harness import config as configuration
-from harness import data, devices
-from harness.errors import NogradError
+from core import config as configuration
+from core.errors import NogradError
+from jobs import data, devices, validation
 
 
 def _config(args) -> configuration.Config:
@@ -24,20 +24,20 @@ def _config(args) -> configuration.Config:
             raw = json.loads(args.config_json)
         except json.JSONDecodeError as error:
             raise NogradError(f"config: --config-json is not valid JSON: {error}") from None
-        return configuration.validate(raw, source="config")
-    return configuration.load(args.config)
+        return validation.validate(raw, source="config")
+    return validation.load(args.config)
 
 
 def cmd_schema(args) -> None:
-    sys.stdout.write(configuration.schema_yaml())
+    sys.stdout.write(validation.schema_yaml())
 
 
 def cmd_paper_config(args) -> None:
-    sys.stdout.write(configuration.paper_config_yaml())
+    sys.stdout.write(validation.paper_config_yaml())
 
 
 def cmd_plan(args) -> None:
-    from harness import plan
+    from jobs import plan
 
     source = "given"
     if args.tokens_per_second is None and (measured := plan.measured_throughput()):
@@ -56,11 +56,11 @@ def cmd_plan(args) -> None:
     if given:
         assumptions = dataclasses.replace(assumptions, **given,
                                           source=assumptions.source + "; given: " + ", ".join(given))
-    sys.stdout.write(plan.render(configuration.load(args.configfile), args.tokens_per_second, source, assumptions))
+    sys.stdout.write(plan.render(validation.load(args.configfile), args.tokens_per_second, source, assumptions))
 
 
 def cmd_prepare_model(args) -> None:
-    from harness import models
+    from core import models
 
     manifest = models.prepare(_config(args).model, args.out.parent)
     print(f"model {manifest['name']}: {manifest['source']} -> {manifest['path']}")
@@ -73,15 +73,15 @@ def cmd_prepare_data(args) -> None:
 
 
 def cmd_init_tracking(args) -> None:
-    from harness import tracking
-    from harness.outputs import write_json
+    from core.outputs import write_json
+    from jobs import tracking
 
     write_json(args.out, tracking.init(_config(args)))
 
 
 def cmd_mlflow_ui(args) -> None:
-    from harness import tracking
-    from harness.outputs import read_json
+    from core.outputs import read_json
+    from jobs import tracking
 
     if not args.tracking.exists():
         raise NogradError(f"{args.tracking} not found: run `snakemake` first (its tracking rule creates the "
@@ -97,7 +97,7 @@ def cmd_mlflow_ui(args) -> None:
 
 
 def cmd_mlflow_server(args) -> None:
-    from harness import tracking
+    from jobs import tracking
 
     with tracking.postgres(args.data, args.database_port) as database:  # stopped after the server, however it ends
         print(f"MLflow server on PostgreSQL ({database}, data in {args.data}): set tracking_uri: "
@@ -106,13 +106,13 @@ def cmd_mlflow_server(args) -> None:
 
 
 def cmd_train(args) -> None:
-    from harness import training
+    from jobs import train as training
 
     training.train(_config(args), args.method, args.task, args.seed, args.model, args.data, args.tracking, args.out)
 
 
 def cmd_evaluate(args) -> None:
-    from evals import evaluate
+    from jobs import evaluate
 
     result = evaluate.evaluate(_config(args), args.method, args.task, args.seed, args.artifact, args.data,
                                args.tracking, args.out)
@@ -121,7 +121,7 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_crosscheck(args) -> None:
-    from evals import crosscheck
+    from jobs import crosscheck
 
     result = crosscheck.crosscheck(_config(args), args.method, args.task, args.seed, args.artifact, args.data,
                                    args.out)
@@ -133,7 +133,7 @@ def cmd_crosscheck(args) -> None:
 
 
 def cmd_collect(args) -> None:
-    from reports import build
+    from jobs import collect as build
 
     summary = build.collect(_config(args), args.metrics, args.model, args.data, args.out, args.completions,
                             args.train_metrics, args.crosschecks)
@@ -141,7 +141,7 @@ def cmd_collect(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from reports import build
+    from jobs import collect as build
 
     paths = build.report(_config(args), args.summary, args.tracking, args.out.parent)
     print("report: " + ", ".join(str(p) for p in paths.values()))

@@ -26,8 +26,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402  (telemetry must be off before the import)
 import torch  # noqa: E402
 
-from harness.config import REPO, Config, config_hash, to_dict  # noqa: E402
-from harness.errors import NogradError  # noqa: E402
+from core.config import REPO, Config, config_hash, to_dict  # noqa: E402
+from core.errors import NogradError  # noqa: E402
 
 ARTIFACT_ROOT = Path("results/mlartifacts")
 REPORT = Path("results/report/report.html")
@@ -124,7 +124,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
 
 
 @contextmanager
-def run(tracking: dict, cfg: Config, name: str, tags: dict[str, str], run_id: str | None = None):
+def mlflow_run(tracking: dict, cfg: Config, name: str, tags: dict[str, str], run_id: str | None = None):
     """Open (or, when resuming, reopen) an MLflow run with the config as params and provenance tags."""
     mlflow.set_tracking_uri(tracking["tracking_uri"])
     with mlflow.start_run(run_id=run_id, experiment_id=tracking["experiment_id"], run_name=name) as active:

@@ -8,7 +8,7 @@
 `members` yields the models to query for one answer, one at a time, so an ensemble of K
 seed-list members costs one model in memory and K inference passes per answer.
 
-Its fields are typed by `harness.contract.Artifact`, defined beside the run a method gets so that
+Its fields are typed by `core.contract.Artifact`, defined beside the run a method gets so that
 naming a method's return type imports none of the loading code here.
 """
 
@@ -19,11 +19,11 @@ from typing import Iterator
 
 import torch
 
-from harness import meters, models
-from harness.contract import Artifact
-from harness.errors import NogradError
-from harness.outputs import atomic_dir
-from harness.perturb import combine_, noise_device
+from core import meters, models
+from core.contract import Artifact
+from core.errors import NogradError
+from core.outputs import atomic_dir
+from core.perturb import combine_, noise_device
 
 
 def inference_passes(artifact: Artifact) -> int:

@@ -21,15 +21,16 @@ from typing import Iterator
 
 import mlflow
 
-from evals import vllm_sampler
+from core import artifacts, meters, vllm_sampler
+from core.backend import Backend
+from core.config import Config, config_hash
+from core.contract import QueryCounts
+from core.outputs import atomic_path, finished, read_json, work_dir, write_json
+from core.sampler import SamplingParams, prompt_text, sample
+from core.task import Problem, graded
 from evals.passk import mean_ci, pass_at_k_curve
-from evals.sampler import SamplingParams, prompt_text, sample
 from evals.tasks import get_task
-from evals.tasks.base import Problem, graded
-from harness import artifacts, data, meters, tracking
-from harness.config import Config, config_hash
-from harness.contract import Queries
-from harness.outputs import atomic_path, finished, read_json, work_dir, write_json
+from jobs import data, tracking
 from reports.figures import passk_of_result
 
 MODES = ("greedy", "sample")
@@ -48,8 +49,9 @@ def _vote(task, answers: list[str]) -> int:
 def _members(artifact: dict, cfg: Config, meter: meters.Meters, work: Path) -> Iterator[tuple]:
     """(tokenizer, generate) for each member in turn, generate(prompts, params, desc) giving
     `sample`'s completions from the configured sampler."""
-    if cfg.sampler == "vllm":
-        yield from vllm_sampler.members(artifact, cfg, meter, work)
+    backend = Backend.of(cfg)
+    if backend.vllm:
+        yield from vllm_sampler.members(artifact, backend, meter, work)
         return
     for model, tokenizer in artifacts.each_member(artifact, meter, cfg.dtype, cfg.device):
         yield tokenizer, functools.partial(sample, model, tokenizer)
@@ -98,10 +100,10 @@ def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter:
     return per_member
 
 
-def queries(cfg: Config, problems: int, inference_passes: int) -> Queries:
+def queries(cfg: Config, problems: int, inference_passes: int) -> QueryCounts:
     """What evaluating one artifact asks of the model (`nograd plan`): each problem's greedy answer
     and its `evaluation.samples` (the job's own), from every member of an ensemble."""
-    return Queries.rollouts(problems * (1 + cfg.evaluation.samples)) * inference_passes
+    return QueryCounts.rollouts(problems * (1 + cfg.evaluation.samples)) * inference_passes
 
 
 def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file: Path, data_dir: Path,
@@ -164,7 +166,7 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
             "nograd.seed": str(seed),
             "nograd.data_test": result["data"]["source"], "nograd.data_test_hash": result["data"]["hash"],
             "mlflow.parentRunId": artifact["run_id"], "nograd.train_run_id": artifact["run_id"]}
-    with tracking.run(read_json(tracking_file), cfg, f"eval {method} {task_name} seed{seed}", tags):
+    with tracking.mlflow_run(read_json(tracking_file), cfg, f"eval {method} {task_name} seed{seed}", tags):
         mlflow.log_metrics({"greedy_accuracy": result["greedy"]["value"],
                             **{f"pass_at_{row['k']}": row["value"] for row in result["pass_at_k"]},
                             **{f"eval.{k}": v for k, v in result["cost"]["eval"].items()}})

@@ -13,11 +13,11 @@ import socket
 import urllib.parse
 from pathlib import Path
 
+from core.config import Config
+from core.errors import NogradError
+from core.outputs import atomic_path, write_json
+from core.task import DataUnavailable, MalformedData, Problem, content_hash, read_jsonl
 from evals.tasks import get_task
-from evals.tasks.base import DataUnavailable, MalformedData, Problem, content_hash, read_jsonl
-from harness.config import Config
-from harness.errors import NogradError
-from harness.outputs import atomic_path, write_json
 
 SUBSET_SEED = 0
 """Fixed: subsets are nested as their size grows, and identical for every config."""

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from harness.outputs import RESULTS, disk_mb
+from core.outputs import RESULTS, disk_mb
 
 COUNTERS = (
     "forward_passes",
@@ -211,6 +211,6 @@ def of(model: torch.nn.Module) -> Meters:
     while not hasattr(model, "_nograd_meters"):
         inner = getattr(model, "base_model", None) or getattr(model, "model", None)
         if inner is None or inner is model:
-            raise RuntimeError("no meters attached to this model: load it through harness.models")
+            raise RuntimeError("no meters attached to this model: load it through core.models")
         model = inner
     return model._nograd_meters

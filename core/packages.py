@@ -12,7 +12,7 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from harness.errors import NogradError
+from core.errors import NogradError
 
 
 def package_file(module: str, relative: str) -> Path:

@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
 
-from harness import meters
-from harness.errors import NogradError
+from core import meters
+from core.errors import NogradError
 
 NUCLEUS_CANDIDATES = 256
 """Top-p looks for the nucleus among this many most likely tokens first, and sorts the whole

@@ -1,6 +1,6 @@
 """The parameter spaces an ES method searches, each an ordered list of tensors:
 
-- `full(model)`: every weight of the model (`harness.perturb.trainable`);
+- `full(model)`: every weight of the model (`core.perturb.trainable`);
 - `lora(model)`: a peft LoRA adapter's matrices, lora_A then lora_B of each adapted layer;
 - `SingularValues(model)`: the singular values of each LoRA matrix's SVD (ESSA). With
   A = U_A diag(s_A) V_A^T and B = U_B diag(s_B) V_B^T, the singular vectors are frozen and only
@@ -30,7 +30,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 
-from harness.perturb import trainable
+from core.perturb import trainable
 
 Decomposition = Literal["each", "product"]
 

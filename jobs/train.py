@@ -20,15 +20,17 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
-from evals.sampler import Completion, SamplingParams, prompt_text, sample
+from core import meters, models, perturb
+from core.backend import Backend
+from core.config import Config, config_hash
+from core.contract import Artifact, Score
+from core.errors import NogradError, one_line
+from core.outputs import atomic_dir, finished, read_json, work_dir, write_json
+from core.perturb import NoiseMode
+from core.sampler import Completion, SamplingParams, prompt_text, sample
+from core.task import Problem, graded
 from evals.tasks import get_task
-from evals.tasks.base import Problem, graded
-from harness import data, meters, models, perturb, population, tracking
-from harness.config import Config, config_hash
-from harness.contract import Artifact, Score
-from harness.errors import NogradError, one_line
-from harness.outputs import atomic_dir, finished, read_json, work_dir, write_json
-from harness.perturb import NoiseMode
+from jobs import data, population, tracking
 from methods import get_method
 
 HOLD_OUT_STREAM = 1
@@ -41,8 +43,8 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Run:
-    """What a method works with: the harness's implementation of `harness.contract.Run`, the contract
+class TrainingRun:
+    """What a method works with: the harness's implementation of `core.contract.Run`, the contract
     that says which of its members a method may use. Attributes a method may read: `config` (the
     whole experiment config), `model`, `tokenizer`, `task`, `train` (the training problems, less any held-out set,
     see `hold_out`), `rng` (a numpy Generator seeded by the run's seed) and `state` (a dict the
@@ -57,6 +59,7 @@ class Run:
         self.train: list[Problem] = data.read_split(data_dir / "train.jsonl")
         self.model_manifest, self.data_dir = model_manifest, data_dir
         self.model, self.tokenizer = models.load(model_manifest, cfg.dtype, cfg.device)
+        self.backend = Backend.of(cfg)
         self.meters = meters.Meters()
         self.meters.attach(self.model)
         self.rng = np.random.default_rng(seed)
@@ -154,7 +157,7 @@ class Run:
         )
         if not self._member_finite():
             return [[] for _ in problems], np.full((len(problems), n), np.nan)
-        if self.config.sampler == "vllm" and not hasattr(self.model, "peft_config"):
+        if self.backend.vllm and not hasattr(self.model, "peft_config"):
             completions = self._mirror().sample(self.prompts(problems), params, self.meters)
         else:
             completions = sample(self.model, self.tokenizer, self.prompts(problems), params)
@@ -166,11 +169,11 @@ class Run:
         """Greedy rollouts of `problems` by each member theta + sum_j c_j noise(s_j), a member given as its
         (seed, coefficient) terms in noise mode `noise`, scored as `rollout` scores them: rewards [members,
         problems]. In the training process one member after another (perturbed, rolled out, restored),
-        or under `training.population: ray` spread over the run's Ray workers (harness/population.py):
+        or under `training.population: ray` spread over the run's Ray workers (jobs/population.py):
         the same rewards, meters and draws from `rng` either way, a sampling seed per member, in order."""
         members = [list(terms) for terms in members]
         seeds = [self._sampling_seed() for _ in members]
-        if self.config.training.population == "process":
+        if not self.backend.ray:
             return self._score_members(members, problems, score, noise, seeds)
         if self._pool is None:
             self._pool = population.Pool(self)
@@ -188,8 +191,7 @@ class Run:
     @property
     def population_workers(self) -> int:
         """Members `score_population` scores side by side: 1 here, one per Ray worker under `population: ray`."""
-        training = self.config.training
-        return training.population_workers if training.population == "ray" else 1
+        return self.backend.population_workers
 
     def population_rollout(self, problems: Sequence[Problem], adapters: Sequence[str]) -> np.ndarray:
         """Greedy rollouts of every problem under each LoRA adapter in `adapters`, all in one
@@ -201,7 +203,7 @@ class Run:
                                 batch_size=self.config.evaluation.batch_size)
         prompts = self.prompts(problems) * len(adapters)
         names = [name for name in adapters for _ in problems]
-        if self.config.sampler == "vllm":
+        if self.backend.vllm:
             with self._served_adapters(adapters) as requests:
                 completions = self._vllm.sample(prompts, params, self.meters, [requests[name] for name in names])
         else:
@@ -214,15 +216,14 @@ class Run:
         at the first: it serves the model's weights as they are outside any perturbation, written
         once to the work directory, and from then on follows every move from its seeds
         (`perturb.Weights.attach`), so the torch model and the engine hold the same weights."""
-        from evals.vllm_sampler import VllmSampler, save_centre
+        from core.vllm_sampler import save_centre
 
         if self._vllm is None:
             weights = perturb.trainable(self.model)
             names = [name for name, _ in self.model.named_parameters()]
             centre = save_centre(weights, names, self.work_dir / "engine" / "centre.safetensors")
             self.meters.disk_sample()
-            self._vllm = VllmSampler(self.model_manifest["path"], self.config.dtype, self.config.vllm_gpu_memory,
-                                     weights=centre)
+            self._vllm = self.backend.engine(self.model_manifest["path"], weights=centre)
             centre.unlink()
             weights.attach(self._vllm)
         return self._vllm
@@ -233,11 +234,9 @@ class Run:
         at the first call), written to the work directory for one `generate` and removed after
         it: vLLM reads an adapter's files when a request first uses its id, and every adapter
         gets a fresh id, so no later call reads them (and no step's adapters pile up)."""
-        from evals.vllm_sampler import VllmSampler
-
         if self._vllm is None:
-            self._vllm = VllmSampler(self.model_manifest["path"], self.config.dtype, self.config.vllm_gpu_memory,
-                                     lora_rank=self.model.peft_config[names[0]].r, max_loras=len(names))
+            self._vllm = self.backend.engine(self.model_manifest["path"], lora_rank=self.model.peft_config[names[0]].r,
+                                             max_loras=len(names))
         where = self.work_dir / "population"
         self.model.save_pretrained(where, selected_adapters=list(names))
         self.meters.disk_sample()
@@ -313,7 +312,7 @@ class Run:
         loss and reward): they join the history (and the report's curves) but are not logged twice.
         Under `training.population: ray` the row also holds the step's traffic with the workers."""
         record = {**{k: float(v) for k, v in metrics.items()}, **self.meters.snapshot()}
-        if self.config.training.population == "ray":  # the bytes the step's population and moves took
+        if self.backend.ray:  # the bytes the step's population and moves took
             record.update(self._pool.traffic() if self._pool else population.NO_TRAFFIC)
         self.history.append({"step": self._step, **record,
                              **{k: float(v) for k, v in (logged_elsewhere or {}).items()}})
@@ -472,7 +471,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
     out_dir = out.parent
     work = work_dir("train", method, task, seed, config_hash(cfg))
     seed_everything(seed)
-    run = Run(cfg, method, task, seed, read_json(model_manifest), data_dir, out_dir, work)
+    run = TrainingRun(cfg, method, task, seed, read_json(model_manifest), data_dir, out_dir, work)
     manifest = read_json(data_dir / "manifest.json")
     run_id_file = work / "mlflow_run_id"
     resume_id = run_id_file.read_text().strip() if run_id_file.exists() else None
@@ -481,7 +480,8 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         "nograd.model": f"{run.model_manifest['name']} ({run.model_manifest['source']})",
         "nograd.data_train": data.describe(manifest["train"]), "nograd.data_train_hash": manifest["train"]["hash"],
     }
-    with tracking.run(read_json(tracking_file), cfg, f"train {method} {task} seed{seed}", tags, resume_id) as active:
+    name = f"train {method} {task} seed{seed}"
+    with tracking.mlflow_run(read_json(tracking_file), cfg, name, tags, resume_id) as active:
         run_id_file.write_text(active.info.run_id)
         try:
             artifact = with_noise_device(spec.train(cfg.methods[method], run), perturb.noise_device(run.model.device))
@@ -494,7 +494,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
             # The fp32 copies a low-precision model's moves go to (4 bytes a parameter): within the
             # peak, and reported apart, since a bf16 GRPO carries none (reports/claims.py).
             final["master_mb"] = sum(m.numel() * m.element_size() for m in weights.masters.values()) / 2**20
-        if cfg.training.population == "ray":
+        if run.backend.ray:
             final.update(population.totals(run.history, cfg.training.population_workers))
         mlflow.log_metrics({f"final.{k}": v for k, v in final.items()})
         mlflow.log_metrics({f"stage.{name}.{k}": v for name, record in run.stages.items() for k, v in record.items()})

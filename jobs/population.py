@@ -1,7 +1,8 @@
 """Populations scored on Ray actors (`training.population: ray`): `Pool`, the driver's side, which
 `Run.score_population` hands its members to, and `Worker`, the actor.
 
-A worker is a run without a step loop: a `harness.training.Run` of the driver's config, method,
+A worker is a run without a step loop: an instance of the driver's run class (jobs/train.py's
+`TrainingRun`, sent in the worker's set-up, so this module imports no other job) of its config, method,
 task and seed, so that it loads the model from the run's manifest in the driver's dtype on the
 driver's kind of device, and rolls out, rewards and meters with the driver's code. It starts from
 the driver's centre, written once to the run's work directory when the pool starts (so a resumed
@@ -50,12 +51,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness import data, perturb, plugins
-from harness.errors import NogradError, one_line
+from core import perturb, plugins
+from core.errors import NogradError, one_line
+from jobs import data
 
 if TYPE_CHECKING:
-    from evals.tasks.base import Problem
-    from harness.training import Run
+    from core.contract import Run
+    from core.task import Problem
 
 
 NO_TRAFFIC = {"population_bytes_sent": 0, "population_bytes_received": 0, "worker_peak_memory_mb": 0.0}
@@ -71,10 +73,8 @@ class Worker:
     """One model copy on a Ray actor (made one by `ray.remote` when the pool starts)."""
 
     def __init__(self, setup: dict) -> None:
-        from harness.training import Run
-
         torch.set_num_threads(setup["threads"])
-        self.run = Run(setup["config"], setup["method"], setup["task"], setup["seed"], setup["manifest"],
+        self.run = setup["run"](setup["config"], setup["method"], setup["task"], setup["seed"], setup["manifest"],
                        Path(setup["data_dir"]), Path(setup["work_dir"]), Path(setup["work_dir"]))
         self.weights = perturb.trainable(self.run.model)
         self.weights.load_masters(load_file(setup["centre"]))  # every tensor, masters or fp32 weights
@@ -182,7 +182,7 @@ class Pool:
         save_file({str(i): t.detach().contiguous() for i, t in enumerate(weights.centre())}, str(centre))
         run.meters.disk_sample()
         cuda = run.model.device.type == "cuda"
-        setup = {"config": run.config, "method": run.method, "task": run.task.name, "seed": run.seed,
+        setup = {"run": type(run), "config": run.config, "method": run.method, "task": run.task.name, "seed": run.seed,
                  "manifest": run.model_manifest, "data_dir": str(run.data_dir.resolve()),
                  "work_dir": str(run.work_dir.resolve()), "centre": str(centre.resolve()),
                  "threads": torch.get_num_threads()}

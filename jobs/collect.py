@@ -14,10 +14,9 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from harness import config as configuration
-from harness import data, tracking
-from harness.config import REPO, Config, config_hash, to_dict
-from harness.outputs import atomic_path, disk_mb, read_json, write_json
+from core.config import REPO, Config, config_hash, to_dict
+from core.outputs import atomic_path, disk_mb, read_json, write_json
+from jobs import data, tracking, validation
 from methods import METHODS
 from reports.citations import suite_version
 from reports.render import render, samples_text
@@ -56,7 +55,7 @@ def _key(record: dict) -> tuple[str, str, int]:
 
 def scale_differences(cfg: Config, paper_file: Path = REPO / "config" / "paper.yaml") -> list[str]:
     """How this run's scale differs from the published one (config/paper.yaml), in words."""
-    paper = configuration.load(paper_file)
+    paper = validation.load(paper_file)
     ev, paper_ev = cfg.evaluation, paper.evaluation
     differences = []
     if cfg.model != paper.model:
@@ -135,7 +134,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
     manifests = [read_json(path) for path in data_manifests]
     job_time = sum(r["cost"].get(phase, {}).get("wall_clock_s", 0.0) for r in results for phase in ("train", "eval"))
     job_time += sum((c.get("cost") or {}).get("wall_clock_s", 0.0) for c in checks)
-    # Disk: the largest size of results/ any job measured (harness.meters, `peak_disk_mb`; a lower
+    # Disk: the largest size of results/ any job measured (core.meters, `peak_disk_mb`; a lower
     # bound of the true peak, as jobs run side by side), or collect measures now, before its summary.
     at_collection = disk_mb()
     peak_disk = max([at_collection] + [m.get("peak_disk_mb", 0.0) for m in job_meters])
@@ -156,7 +155,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         # The claim checks' settings travel with the results they judge (reports/claims.py).
         "report": to_dict(cfg.report),
         "hardware": tracking.hardware(),
-        # Every job loads its model on one device (harness.models.resolve_device).
+        # Every job loads its model on one device (core.models.resolve_device).
         "devices_per_job": 1,
         "config_hash": config_hash(cfg),
         "commit": tracking.git_commit(),
@@ -194,7 +193,7 @@ def report(cfg: Config, summary_file: Path, tracking_file: Path, out_dir: Path) 
                    histories=summary.get("histories"), crosschecks=summary.get("crosschecks"),
                    missing=summary.get("missing"))
     tags = {"nograd.kind": "summary"}
-    with tracking.run(read_json(tracking_file), cfg, f"summary {cfg.name}", tags):
+    with tracking.mlflow_run(read_json(tracking_file), cfg, f"summary {cfg.name}", tags):
         mlflow.log_artifacts(str(out_dir), "report")
         mlflow.log_artifact(str(summary_file))
     return paths

@@ -1,11 +1,11 @@
 """The contract a method is written against: the `run` its `train(config, run) -> Artifact` receives
 (`Run`) and the artifact it returns (`Artifact`).
 
-The harness's `harness.training.Run` implements `Run` (tests/test_contract.py checks every
+The harness's `jobs.train.TrainingRun` implements `Run` (tests/test_contract.py checks every
 member and signature, and that methods/*.py use no member of the run outside it); test doubles
 stand in for it by implementing part of it. Besides the run, a method uses only the helper
-modules it imports (harness.perturb seeded noise, harness.fitness fitness shaping,
-harness.spaces parameter spaces, harness.meters, evals.sampler), never the rest of the harness.
+modules it imports (core.perturb seeded noise, core.fitness fitness shaping,
+core.spaces parameter spaces, core.meters, core.sampler), never the rest of the harness.
 
 Imported by every method, so it imports nothing heavy at runtime: the types it names (torch,
 numpy, transformers, the harness's config and meters) are read by type checkers only.
@@ -25,17 +25,18 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from evals.sampler import Completion
-    from evals.tasks.base import Problem, Task
-    from harness.config import Config
-    from harness.meters import Meters
-    from harness.perturb import NoiseMode
+    from core.backend import Backend
+    from core.config import Config
+    from core.meters import Meters
+    from core.perturb import NoiseMode
+    from core.sampler import Completion
+    from core.task import Problem, Task
 
 Score = Literal["reward", "correctness"]
 """What a rollout's rewards are: correctness plus the format term (the training reward), or correctness alone."""
 
 ArtifactKind = Literal["model", "adapter", "seeds", "ensemble"]
-"""How a trained result is stored; harness/artifacts.py loads each kind."""
+"""How a trained result is stored; core/artifacts.py loads each kind."""
 
 
 class _ArtifactKeys(TypedDict):
@@ -54,7 +55,7 @@ class Artifact(_ArtifactKeys, total=False):
     terms: list[list[float]]
     """seeds: the base model plus sum_j coef_j * noise(seed_j), as [seed_j, coef_j] pairs."""
     mode: str
-    """seeds: the noise mode of `terms` (harness.perturb: 'iid' or 'shared')."""
+    """seeds: the noise mode of `terms` (core.perturb: 'iid' or 'shared')."""
     members: list[Artifact]
     """ensemble: single-model artifacts that answer by majority vote (K inference passes per answer)."""
     base: str
@@ -64,9 +65,9 @@ class Artifact(_ArtifactKeys, total=False):
 
 
 @dataclass(frozen=True)
-class Queries:
+class QueryCounts:
     """What a training run asks of the model, in the units the harness's meters count it
-    (harness/meters.py), as a method's `queries(config, train, model)` predicts it before the run for
+    (core/meters.py), as a method's `queries(config, train, model)` predicts it before the run for
     `nograd plan`: what the algorithm box says each step costs, times its steps. A count that
     depends on outcomes (a stage that may stop early, a gate that may not open) is its largest
     (`bound`). Perturbed members skipped as non-finite, which cost nothing, are not foreseen."""
@@ -86,21 +87,21 @@ class Queries:
     bound: bool = False
     """True when the counts are the most the run can spend, not what it will spend."""
 
-    def __add__(self, other: Queries) -> Queries:
-        return Queries(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
+    def __add__(self, other: QueryCounts) -> QueryCounts:
+        return QueryCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
                           if f.name not in ("inference_passes", "bound")},
                        inference_passes=max(self.inference_passes, other.inference_passes),
                        bound=self.bound or other.bound)
 
-    def __mul__(self, times: int) -> Queries:
-        return Queries(**{f.name: getattr(self, f.name) * times for f in fields(self)
+    def __mul__(self, times: int) -> QueryCounts:
+        return QueryCounts(**{f.name: getattr(self, f.name) * times for f in fields(self)
                           if f.name not in ("inference_passes", "bound")},
                        inference_passes=self.inference_passes, bound=self.bound)
 
     @staticmethod
-    def rollouts(count: int) -> Queries:
+    def rollouts(count: int) -> QueryCounts:
         """`count` completions: one forward pass each, however many tokens it takes."""
-        return Queries(sequences_generated=count, forward_passes=count)
+        return QueryCounts(sequences_generated=count, forward_passes=count)
 
 
 class Run(Protocol):
@@ -126,6 +127,8 @@ class Run(Protocol):
     """What the method must carry across a resume, saved with every checkpoint; a resume replaces the dict."""
     meters: Meters
     """The run's meters; a method only attaches a further model it runs (a reference model) so that it is counted."""
+    backend: Backend
+    """Where the run generates sequences (`backend.vllm`: a vLLM engine) and scores populations (`backend.ray`)."""
     population_workers: int
     """Members `score_population` scores side by side: 1 in the training process, `training.population_workers`
     (one per Ray worker) under `training.population: ray`; a method that scores one member a step scores this
@@ -155,7 +158,7 @@ class Run(Protocol):
     def score_population(self, members: Sequence[Sequence[tuple[int, float]]], problems: Sequence[Problem],
                          score: Score = "reward", noise: NoiseMode = "iid") -> np.ndarray:
         """Greedy rollouts of `problems` by each member theta + sum_j c_j noise(s_j), given as its (seed,
-        coefficient) terms in noise mode `noise` (harness.perturb), scored as `rollout` scores: rewards
+        coefficient) terms in noise mode `noise` (core.perturb), scored as `rollout` scores: rewards
         [members, problems], theta unchanged after. One member after another in the training process, or
         spread over Ray workers under `training.population: ray`, with the same results, meters and draws."""
 

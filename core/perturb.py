@@ -36,7 +36,7 @@ from typing import Iterable, Iterator, Literal, Sequence
 import numpy as np
 import torch
 
-from harness.errors import NogradError
+from core.errors import NogradError
 
 NoiseMode = Literal["iid", "shared"]
 
@@ -58,7 +58,7 @@ def noise_device(device: torch.device) -> str:
     """Where `noise` for a tensor on `device` is drawn, as far as its numbers depend on it: 'cpu',
     or the GPU's name. The same seed gives other numbers on the CPU and on a GPU (each has its own generator),
     and need not give the same on another GPU model, so a model stored as seeds records this and
-    is rebuilt there (`harness.artifacts.load`)."""
+    is rebuilt there (`core.artifacts.load`)."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
@@ -174,7 +174,7 @@ def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float, mode: Nois
 
 def combination(param: torch.Tensor, index: int, terms: list[tuple[int, float]], mode: NoiseMode) -> torch.Tensor:
     """sum_j coef_j * noise(seed_j) for tensor `index`, in fp32: one accumulator and one noise tensor.
-    What every move adds, here and in a vLLM engine that mirrors the weights (evals/vllm_sampler.py)."""
+    What every move adds, here and in a vLLM engine that mirrors the weights (core/vllm_sampler.py)."""
     total = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
     for seed, coef in terms:
         total.add_(noise(param, seed, index, mode), alpha=coef)

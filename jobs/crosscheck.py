@@ -26,13 +26,14 @@ import importlib.metadata
 from functools import partial
 from pathlib import Path
 
+from core import artifacts, meters
+from core.config import Config, config_hash
+from core.errors import NogradError
+from core.outputs import read_json, write_json
+from core.sampler import prompt_text
 from evals.lm_eval_tasks import utils
-from evals.sampler import prompt_text
 from evals.tasks import TASKS, get_task
-from harness import artifacts, data, meters
-from harness.config import Config, config_hash
-from harness.errors import NogradError
-from harness.outputs import read_json, write_json
+from jobs import data
 
 TEMPLATE = Path(__file__).resolve().parent / "lm_eval_tasks" / "nograd.yaml"
 """lm-eval's config of every cross-checked task, less what `task_config` sets per task."""
@@ -86,7 +87,7 @@ def crosscheck(cfg: Config, method: str, task_name: str, seed: int, artifact_fil
     chat = bool(tokenizer.chat_template)
     config = task_config(task_name, test_file, ev.max_new_tokens)
     if not chat:
-        # nograd joins the turns as plain text (evals.sampler.prompt_text); lm-eval would render
+        # nograd joins the turns as plain text (core.sampler.prompt_text); lm-eval would render
         # them its own way, so it is given that text whole.
         config["doc_to_text"] = lambda doc: prompt_text(tokenizer, task.messages(utils.problem(doc)))
     with meter.phase("generate"):

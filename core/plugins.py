@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import NogradError, one_line
+from core.errors import NogradError, one_line
 
 VARIABLE = "NOGRAD_PLUGINS"
 

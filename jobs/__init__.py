@@ -1,0 +1,1 @@
+"""The job layer: the CLI and every job of the DAG, above everything else."""
