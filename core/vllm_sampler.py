@@ -38,16 +38,12 @@ import gc
 import hashlib
 import itertools
 import json
-import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Sequence
 
 from core import meters
 from core.perturb import NoiseMode, combination
 from core.sampler import Completion, SamplingParams
-
-if TYPE_CHECKING:
-    from core.backend import Backend
 
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM accepts for `max_lora_rank`; an adapter's rank is rounded up to one of them."""
@@ -217,24 +213,3 @@ class MirroredWeights:
                 digest.update(f"{prefix}.{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
                 digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
-
-
-def members(artifact: dict, backend: Backend, meter: meters.Meters, work_dir: Path) -> Iterator[tuple]:
-    """(tokenizer, generate) for each member of an artifact in turn, one engine at a time, where
-    generate(prompts, params, desc) gives `sample`'s completions: the evaluator's vLLM path.
-    Weights written for a member (`work_dir/member<j>`) are removed when its engine is closed; a
-    kill leaves them, complete (written atomically), for the resumed evaluation to serve again."""
-    from transformers import AutoTokenizer
-
-    from core import artifacts
-
-    for j, spec in enumerate(artifacts.specs(artifact)):
-        written = work_dir / f"member{j}"
-        model_dir = artifacts.served(spec, written, backend.dtype)
-        meter.disk_sample()
-        engine = backend.engine(model_dir)
-        yield AutoTokenizer.from_pretrained(model_dir), lambda prompts, params, desc=None: engine.sample(
-            prompts, params, meter)
-        engine.close()
-        if written.exists():  # not where the member is a model, served from its own path
-            shutil.rmtree(written)

@@ -17,9 +17,9 @@ import pandas as pd
 from core.config import REPO, Config, config_hash, to_dict
 from core.outputs import atomic_path, disk_mb, read_json, write_json
 from jobs import data, tracking, validation
-from methods import METHODS
+from methods import METHODS, display_records
 from reports.citations import suite_version
-from reports.render import render, samples_text
+from reports.render import render_summary, samples_text
 from reports.scores import read_completions
 
 MAX_HISTORY_POINTS = 1000
@@ -150,6 +150,8 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "samples_by_method": cfg.evaluation.samples_by_method,
         "seeds": list(cfg.seeds),
         "methods": to_dict(cfg.methods),
+        # What the report shows of each method (reports/names.py): it renders from these, not the registry.
+        "method_records": display_records(cfg.methods),
         # Methods whose seed k shares work, compared seed by seed (reports/scores.py).
         "paired_seeds": [[m, METHODS[m].builds_on] for m in cfg.methods if METHODS[m].builds_on in cfg.methods],
         # The claim checks' settings travel with the results they judge (reports/claims.py).
@@ -188,10 +190,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
 def report(cfg: Config, summary_file: Path, tracking_file: Path, out_dir: Path) -> dict[str, Path]:
     """Render the Markdown and HTML report, tables (CSV) and figures; log them, with the summary, as
     the artifacts of an MLflow summary run (its artifact view shows the CSV tables as tables)."""
-    summary = read_json(summary_file)
-    paths = render(summary["results"], summary["header"], out_dir, per_problem=summary.get("per_problem"),
-                   histories=summary.get("histories"), crosschecks=summary.get("crosschecks"),
-                   missing=summary.get("missing"))
+    paths = render_summary(summary_file, out_dir)
     tags = {"nograd.kind": "summary"}
     with tracking.mlflow_run(read_json(tracking_file), cfg, f"summary {cfg.name}", tags):
         mlflow.log_artifacts(str(out_dir), "report")

@@ -35,7 +35,7 @@ from evals.lm_eval_tasks import utils
 from evals.tasks import TASKS, get_task
 from jobs import data
 
-TEMPLATE = Path(__file__).resolve().parent / "lm_eval_tasks" / "nograd.yaml"
+TEMPLATE = Path(utils.__file__).resolve().parent / "nograd.yaml"
 """lm-eval's config of every cross-checked task, less what `task_config` sets per task."""
 
 

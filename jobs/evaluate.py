@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import shutil
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Iterator
 
 import mlflow
 
-from core import artifacts, meters, vllm_sampler
+from core import artifacts, meters
 from core.backend import Backend
 from core.config import Config, config_hash
 from core.contract import QueryCounts
@@ -31,7 +32,9 @@ from core.task import Problem, graded
 from evals.passk import mean_ci, pass_at_k_curve
 from evals.tasks import get_task
 from jobs import data, tracking
+from methods import display_records
 from reports.figures import passk_of_result
+from reports.names import shown
 
 MODES = ("greedy", "sample")
 
@@ -51,10 +54,28 @@ def _members(artifact: dict, cfg: Config, meter: meters.Meters, work: Path) -> I
     `sample`'s completions from the configured sampler."""
     backend = Backend.of(cfg)
     if backend.vllm:
-        yield from vllm_sampler.members(artifact, backend, meter, work)
+        yield from _engines(artifact, backend, meter, work)
         return
     for model, tokenizer in artifacts.each_member(artifact, meter, cfg.dtype, cfg.device):
         yield tokenizer, functools.partial(sample, model, tokenizer)
+
+
+def _engines(artifact: dict, backend: Backend, meter: meters.Meters, work_dir: Path) -> Iterator[tuple]:
+    """`_members` on vLLM: one engine at a time, serving each member. Weights written for a member
+    (`work_dir/member<j>`) are removed when its engine is closed; a kill leaves them, complete
+    (written atomically), for the resumed evaluation to serve again."""
+    from transformers import AutoTokenizer
+
+    for j, spec in enumerate(artifacts.specs(artifact)):
+        written = work_dir / f"member{j}"
+        model_dir = artifacts.served(spec, written, backend.dtype)
+        meter.disk_sample()
+        engine = backend.engine(model_dir)
+        yield AutoTokenizer.from_pretrained(model_dir), lambda prompts, params, desc=None: engine.sample(
+            prompts, params, meter)
+        engine.close()
+        if written.exists():  # not where the member is a model, served from its own path
+            shutil.rmtree(written)
 
 
 def _generate(artifact: dict, cfg: Config, task, problems: list[Problem], meter: meters.Meters,
@@ -173,7 +194,8 @@ def evaluate(cfg: Config, method: str, task_name: str, seed: int, artifact_file:
         mlflow.log_artifact(str(out_dir / "completions.jsonl"))
         mlflow.log_table({key: [row[key] for row in result["pass_at_k"]] for key in ("k", "value", "low", "high")},
                          "pass_at_k.json")
-        mlflow.log_figure(passk_of_result(result, task_name, cfg.model), f"passk_{task_name}.png")
+        with shown(display_records([method])):
+            mlflow.log_figure(passk_of_result(result, task_name, cfg.model), f"passk_{task_name}.png")
         write_json(out, result)
         mlflow.log_artifact(str(out))
     finished(work)

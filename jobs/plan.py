@@ -29,8 +29,9 @@ from core import meters, models
 from core.contract import QueryCounts
 from core.errors import NogradError
 from jobs import data
-from methods import get_method
+from methods import display_records, get_method
 from reports import power
+from reports.names import shown
 
 SAMPLER_BENCHMARK = Path("results/speed/sampler.json")
 """Where `python -m benchmarks.sampler` writes the tokens per second it measured, the plan's default throughput."""
@@ -137,6 +138,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     said += [f"Would stop before training, and is not in the total: {line}" for line in stopping]
     said.append('"<=": the most the job can spend (it may stop early, or its count depends on outcomes); tokens '
                 "generated are at most max_new_tokens per rollout. Forward passes include held-out loss forwards.")
-    said += ["", power.render(cfg, {t: n for t, (n, _) in sizes.items()}, {t: a for t, (_, a) in sizes.items()},
-                              assumptions or power.Assumptions())]
+    with shown(display_records(cfg.methods)):
+        said += ["", power.render(cfg, {t: n for t, (n, _) in sizes.items()}, {t: a for t, (_, a) in sizes.items()},
+                                  assumptions or power.Assumptions())]
     return "\n".join(said) + "\n"

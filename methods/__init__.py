@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from core import plugins
 from core.contract import Artifact, ArtifactKind, QueryCounts, Run
@@ -86,6 +86,16 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
         return train
 
     return decorate
+
+
+def display_records(names: Iterable[str]) -> dict[str, dict]:
+    """What a report shows of each named registered method, as plain data for the results (the
+    collect job's summary.json, reports/names.py): its display name, order, colour and BibTeX. A
+    method's colour is its place in the whole registry's order, so it is the same in every run."""
+    everyone = sorted(METHODS, key=lambda name: (METHODS[name].order, name))
+    return {name: {"display": METHODS[name].display, "order": METHODS[name].order,
+                   "colour": f"C{everyone.index(name) % 10}", "bibtex": METHODS[name].bibtex}
+            for name in names if name in METHODS}
 
 
 def get_method(name: str) -> Method:

@@ -1,6 +1,6 @@
 """BibTeX for the report's 'How to cite': one entry for the run, one per paper whose method ran.
 
-Each method's record (methods/__init__.py) carries its paper's entry; methods that share a paper
+Each method's record in the results (reports/names.py) carries its paper's entry; methods that share a paper
 (ESSAM and ESSAM-F, ESSA and its warm start alone) carry the same one, and it is cited once.
 """
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
-from methods import METHODS
-from reports.names import ordered
+from reports.names import bibtex, ordered
 
 
 def suite_version() -> str:
@@ -43,5 +42,4 @@ def run_entry(header: dict) -> str:
 
 def paper_entries(methods) -> list[str]:
     """One entry per paper whose method appears, in the report's method order, each once."""
-    entries = [METHODS[m].bibtex for m in ordered(methods) if m in METHODS and METHODS[m].bibtex]
-    return list(dict.fromkeys(entries))
+    return list(dict.fromkeys(filter(None, map(bibtex, ordered(methods)))))

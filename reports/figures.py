@@ -1,8 +1,8 @@
 """The report's figures, drawn with matplotlib's object API (a bare `Figure`, no pyplot state) and
 saved as PNG and SVG.
 
-Every figure colours a method the same way (by its place in the method registry's order), names
-it as its paper does, labels its axes with units, and is sized for the width the HTML report shows it at.
+Every figure colours a method the same way and names it as its paper does (reports/names.py),
+labels its axes with units, and is sized for the width the HTML report shows it at.
 """
 
 from __future__ import annotations
@@ -17,20 +17,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from core.outputs import atomic_path
-from methods import METHODS
 from reports.files import FORMATS
-from reports.names import display_name, ordered
+from reports.names import colour, display_name
 
 STYLE = {"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 9.5, "axes.grid": True, "grid.alpha": 0.3}
 """Sizes chosen for a 7-inch figure shown about 700 px wide (a two-panel one about 1000 px)."""
 SINGLE, DOUBLE = (7.0, 4.2), (10.5, 4.2)
-
-
-def colour(method: str) -> str:
-    """A method's colour in every figure: the same on every task."""
-    order = ordered(METHODS)
-    index = order.index(method) if method in order else len(order) + sum(map(ord, method))
-    return f"C{index % 10}"
 
 
 @contextmanager

@@ -18,13 +18,13 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from core.outputs import atomic_path
+from core.outputs import atomic_path, read_json
 from reports import claims as claim_checks
 from reports import cluster_model, figures
 from reports.citations import paper_entries, run_entry
 from reports.files import FIGURE_TITLES
 from reports.intervals import DEFAULT_CONFIDENCE
-from reports.names import display_name, ordered, rank
+from reports.names import display_name, ordered, rank, shown
 from reports.scores import (
     GREEDY,
     PASS,
@@ -90,10 +90,19 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
            histories: list[dict] | None = None, crosschecks: list[dict] | None = None,
            missing: list[dict] | None = None) -> dict[str, Path]:
     """Write the report, its tables and figures into `out_dir`; return the paths by file name.
+    Methods are named, ordered and coloured by the header's `method_records` (reports/names.py).
 
     Each file is written under a temporary name and then renamed, so an interrupted render
     never leaves a file that looks finished.
     """
+    with shown(header.get("method_records")):
+        return _render(results, header, out_dir, per_problem=per_problem, histories=histories,
+                       crosschecks=crosschecks, missing=missing)
+
+
+def _render(results: list[dict], header: dict, out_dir: Path, *, per_problem: list[dict] | None = None,
+            histories: list[dict] | None = None, crosschecks: list[dict] | None = None,
+            missing: list[dict] | None = None) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = [r for r in results if r]
@@ -744,3 +753,22 @@ def _notes(confidence: str) -> list[str]:
         "answer is 1 for a single model and K for an ensemble of K members, whose test-time cost "
         "is K times as large.",
     ]
+
+
+def render_summary(summary_file: Path, out_dir: Path) -> dict[str, Path]:
+    """`render` the results a collect job gathered in `summary_file` (results/summary.json) into
+    `out_dir`: all a report needs is in that file, so it renders anywhere nograd is installed,
+    without the config or the plugins that produced it."""
+    summary = read_json(summary_file)
+    return render(summary["results"], summary["header"], out_dir, per_problem=summary.get("per_problem"),
+                  histories=summary.get("histories"), crosschecks=summary.get("crosschecks"),
+                  missing=summary.get("missing"))
+
+
+if __name__ == "__main__":  # python -m reports.render results/summary.json results/report
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m reports.render SUMMARY_JSON OUT_DIR")
+    for name in sorted(render_summary(Path(sys.argv[1]), Path(sys.argv[2]))):
+        print(Path(sys.argv[2]) / name)

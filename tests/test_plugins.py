@@ -5,7 +5,10 @@ touched; a file in methods/ or evals/tasks/ registers the same way."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -99,6 +102,18 @@ def test_a_method_and_a_task_from_one_plugin_file_run_through_the_dag(tmp_path, 
     assert re.search(r"^\| letters +\| Nudge +\|", report, re.MULTILINE), "the plugin method and task are in the tables"
     assert "@misc{nudge2026," in report, "the plugin method's BibTeX is cited"
     assert "eight letters" in report, "the plugin task's source is recorded"
+
+    # The results alone render the report again, where the plugin is not installed, and no registry is read.
+    monkeypatch.delenv(plugins.VARIABLE)
+    again = tmp_path / "again"
+    code = ("import runpy, sys; sys.argv = ['render', 'results/summary.json', 'again']; "
+            "runpy.run_module('reports.render', run_name='__main__'); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('methods', 'jobs', 'evals')))")
+    rendered = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                              env={k: v for k, v in os.environ.items() if k != plugins.VARIABLE})
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    assert rendered.stdout.splitlines()[-1] == "['evals', 'evals.passk']", "a report reads no method, task or job"
+    assert (again / "report.md").read_text() == report, "the same report, without the plugin that produced it"
 
 
 def test_a_missing_or_failing_plugin_file_is_one_clear_line(tmp_path, monkeypatch):

@@ -17,9 +17,10 @@ from evals.passk import mean_ci, pass_at_k_curve
 from jobs import collect as build
 from jobs import tracking, validation
 from methods import METHODS as REGISTERED
+from methods import display_records
 from reports.files import outputs
 from reports.intervals import crossed
-from reports.names import display_name, ordered
+from reports.names import colour, display_name, ordered, shown
 from reports.render import render
 
 HEADER = {
@@ -39,6 +40,7 @@ HEADER = {
     "job_time_s": 1234.0,
     "peak_disk_mb": 4321.56,
     "results_disk_mb": 987.0,
+    "method_records": display_records(REGISTERED),
 }
 
 COST_KEYS = [
@@ -201,12 +203,18 @@ def test_partial_and_odd_results_do_not_raise(tmp_path):
     assert set(render([], {}, tmp_path / "empty")) == set(outputs([]))
 
 
-def test_method_names_and_order_come_from_the_registry():
-    assert display_name("essam_f") == "ESSAM-F" and display_name("fgrpo") == "F-GRPO"
-    assert display_name("base") == "Base model" and display_name("newmethod") == "newmethod"
-    order = ordered([*REGISTERED, "zz_unknown", "aa_unknown"])
-    assert order[0] == "base" and order[-2:] == ["aa_unknown", "zz_unknown"], "unknown methods last, alphabetically"
-    assert order.index("sft") == order.index("essa") - 1, "ESSA's warm start alone is listed just before ESSA"
+def test_method_names_order_and_colours_come_from_the_records_the_results_carry():
+    assert display_name("essam_f") == "essam_f", "outside a report's records, no name comes from the registry"
+    with shown(display_records(REGISTERED)):
+        assert display_name("essam_f") == "ESSAM-F" and display_name("fgrpo") == "F-GRPO"
+        assert display_name("base") == "Base model" and display_name("newmethod") == "newmethod"
+        order = ordered([*REGISTERED, "zz_unknown", "aa_unknown"])
+        assert order[0] == "base" and order[-2:] == ["aa_unknown", "zz_unknown"], "unknown methods last, alphabetically"
+        assert order.index("sft") == order.index("essa") - 1, "ESSA's warm start alone is listed just before ESSA"
+        known = order[:len(REGISTERED)]
+        assert [colour(m) for m in known] == [f"C{i % 10}" for i in range(len(known))], "colours follow the registry"
+    with shown(display_records(["essa", "grpo"])):
+        assert colour("essa") == f"C{order.index('essa') % 10}", "a method's colour does not depend on the others run"
     assert len({m.order for m in REGISTERED.values()}) == len(REGISTERED), "two methods share a place in the tables"
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evals.tasks import TASKS
-from methods import METHODS
+from methods import METHODS, display_records
 from reports import claims
 from reports.claims import (
     INCONCLUSIVE,
@@ -28,11 +28,19 @@ from reports.claims import (
     decide,
     resolution,
 )
+from reports.names import shown
 from reports.scores import PASS, Intervals, ProblemScores
 
 PROBLEMS = 400
 SEEDS = (0, 1, 2)
 DEFINITE = {SUPPORTED, NOT_SUPPORTED}
+
+
+@pytest.fixture(autouse=True)
+def registered_names():
+    """Claims called directly, outside a render, name methods by the suite's records, as a report does."""
+    with shown(display_records(METHODS)):
+        yield
 
 
 def evidence(runs, histories=(), methods_config=None, min_seeds=None, samples=4, report=None):
