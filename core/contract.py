@@ -3,9 +3,9 @@
 
 The harness's `jobs.train.TrainingRun` implements `Run` (tests/test_contract.py checks every
 member and signature, and that methods/*.py use no member of the run outside it); test doubles
-stand in for it by implementing part of it. Besides the run, a method uses only the helper
-modules it imports (core.perturb seeded noise, core.fitness fitness shaping,
-core.spaces parameter spaces, core.meters, core.sampler), never the rest of the harness.
+stand in for it by implementing part of it. Besides the run, a method uses only what it imports
+from core/ (core.perturb seeded noise, core.fitness fitness shaping, core.spaces parameter
+spaces, core.meters, core.sampler), never a job (tests/test_layers.py).
 
 Imported by every method, so it imports nothing heavy at runtime: the types it names (torch,
 numpy, transformers, the harness's config and meters) are read by type checkers only.

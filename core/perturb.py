@@ -21,7 +21,7 @@ the training process, where the memory meters see it.
 
 Non-finite moves. A move whose result would not be finite (a coefficient so large that a weight
 overflows) is caught tensor by tensor before it is written: inside `perturbed` that tensor is left
-as it was and `Weights.finite` is False until the block ends, which the harness's `Run` reads
+as it was and `Weights.finite` is False until the block ends, which the training run (jobs/train.py) reads
 (`training.on_nonfinite`: the member is skipped, or the run stops); a lasting move (`perturb_`,
 `combine_`) with a non-finite coefficient or result stops the run with one line, since its weights
 cannot be trusted after it.
