@@ -127,7 +127,7 @@ class TrainingConfig:
 
 @dataclass
 class ReportConfig:
-    """How the report decides its claim verdicts (reports/claims.py)."""
+    """How the report decides its claim verdicts (reports/verdicts.py, reports/claims.py)."""
 
     min_seeds: Positive = 3
     """Training seeds each compared method needs before a claim gets a definite verdict (supported

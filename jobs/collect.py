@@ -154,7 +154,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "method_records": display_records(cfg.methods),
         # Methods whose seed k shares work, compared seed by seed (reports/scores.py).
         "paired_seeds": [[m, METHODS[m].builds_on] for m in cfg.methods if METHODS[m].builds_on in cfg.methods],
-        # The claim checks' settings travel with the results they judge (reports/claims.py).
+        # The claim checks' settings travel with the results they judge (reports/verdicts.py).
         "report": to_dict(cfg.report),
         "hardware": tracking.hardware(),
         # Every job loads its model on one device (core.models.resolve_device).

@@ -492,7 +492,7 @@ def train(cfg: Config, method: str, task: str, seed: int, model_manifest: Path, 
         final = run.meters.snapshot()
         if (weights := perturb.master_of(run.model)) is not None:
             # The fp32 copies a low-precision model's moves go to (4 bytes a parameter): within the
-            # peak, and reported apart, since a bf16 GRPO carries none (reports/claims.py).
+            # peak, and reported apart, since a bf16 GRPO carries none (reports/measures.py).
             final["master_mb"] = sum(m.numel() * m.element_size() for m in weights.masters.values()) / 2**20
         if run.backend.ray:
             final.update(population.totals(run.history, cfg.training.population_workers))

@@ -42,7 +42,7 @@ from core.config import (
 )
 from core.errors import NogradError
 from evals.tasks import TASKS
-from methods import METHODS
+from methods import METHODS, in_order
 
 SCHEMA_PATH = REPO / "config" / "schema.yaml"
 PAPER_PATH = REPO / "config" / "paper.yaml"
@@ -169,7 +169,7 @@ _FlowLists.add_representer(list, lambda dumper, value: dumper.represent_sequence
 def paper_config() -> Config:
     """Every registered task on its full splits and every registered method at its defaults, at `PAPER_SCALE`."""
     return validate({**PAPER_SCALE, "tasks": {name: {} for name in TASKS},
-                     "methods": {name: {} for name in sorted(METHODS, key=lambda m: METHODS[m].order)}},
+                     "methods": {name: {} for name in in_order()}},
                     source="PAPER_SCALE")
 
 
@@ -298,8 +298,7 @@ def _check_workers(cfg: Config, source: str) -> None:
     """training.population: ray runs only methods that score their populations through
     `run.score_population` (their record's `workers`)."""
     if refused := [name for name in cfg.methods if not METHODS[name].workers]:
-        takes_part = ", ".join(m.name for m in sorted(METHODS.values(), key=lambda m: m.order)
-                               if m.workers and m.name != "base")
+        takes_part = ", ".join(m for m in in_order() if METHODS[m].workers and m != "base")
         raise NogradError(f"{source}: training.population: 'ray' scores seeded populations on Ray workers, and "
                           f"{', '.join(refused)} score{'s' if len(refused) == 1 else ''} none through "
                           "run.score_population, so their training would ignore the workers: run them under "

@@ -88,11 +88,16 @@ def register(name: str, *, config: type, display: str, order: int, outputs: Arti
     return decorate
 
 
+def in_order() -> list[str]:
+    """Every registered method's name in its record's `order`: the base model first."""
+    return sorted(METHODS, key=lambda name: (METHODS[name].order, name))
+
+
 def display_records(names: Iterable[str]) -> dict[str, dict]:
     """What a report shows of each named registered method, as plain data for the results (the
     collect job's summary.json, reports/names.py): its display name, order, colour and BibTeX. A
     method's colour is its place in the whole registry's order, so it is the same in every run."""
-    everyone = sorted(METHODS, key=lambda name: (METHODS[name].order, name))
+    everyone = in_order()
     return {name: {"display": METHODS[name].display, "order": METHODS[name].order,
                    "colour": f"C{everyone.index(name) % 10}", "bibtex": METHODS[name].bibtex}
             for name in names if name in METHODS}

@@ -6,24 +6,30 @@ describing the run, and, when present, per-problem scores, training histories an
 cross-checks. Seeds are averaged; any cell without results reads "—", and every output file is
 written whatever is missing, so a partial experiment still renders (and Snakemake finds every
 declared output).
+
+`compute` gives the report's content (every table, every figure, the templates' context) and
+`write` writes it, as the files reports/files.py names.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from core.outputs import atomic_path, read_json
 from reports import claims as claim_checks
 from reports import cluster_model, figures
 from reports.citations import paper_entries, run_entry
-from reports.files import FIGURE_TITLES
+from reports.files import DOCUMENTS, FIGURE_TITLES, PER_TASK_FIGURES, TABLES, figure_stem, figure_stems
 from reports.intervals import DEFAULT_CONFIDENCE
+from reports.measures import control_mismatch
 from reports.names import display_name, ordered, rank, shown
 from reports.scores import (
     GREEDY,
@@ -36,6 +42,7 @@ from reports.scores import (
     trailing_mean,
     training_curve,
 )
+from reports.verdicts import Evidence
 
 __all__ = ["render", "samples_text"]
 
@@ -86,6 +93,20 @@ _TEMPLATES = jinja2.Environment(
 )
 
 
+@dataclass
+class Report:
+    """A report's content, computed (`compute`) and not yet written (`write`)."""
+
+    tasks: list[str]
+    """The tasks it covers: the header's, then any other the results have."""
+    tables: dict[str, pd.DataFrame]
+    """Every table by name, those reports/files.py's TABLES names."""
+    figures: dict[str, Figure]
+    """Every figure by file stem, those reports/files.py's `figure_stems` names for `tasks`."""
+    context: dict
+    """What the templates fill in; each figure item names its stem, and `write` adds its image."""
+
+
 def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: list[dict] | None = None,
            histories: list[dict] | None = None, crosschecks: list[dict] | None = None,
            missing: list[dict] | None = None) -> dict[str, Path]:
@@ -96,15 +117,15 @@ def render(results: list[dict], header: dict, out_dir: Path, *, per_problem: lis
     never leaves a file that looks finished.
     """
     with shown(header.get("method_records")):
-        return _render(results, header, out_dir, per_problem=per_problem, histories=histories,
-                       crosschecks=crosschecks, missing=missing)
+        report = compute(results, header, per_problem=per_problem, histories=histories, crosschecks=crosschecks,
+                         missing=missing)
+        return write(report, out_dir)
 
 
-def _render(results: list[dict], header: dict, out_dir: Path, *, per_problem: list[dict] | None = None,
+def compute(results: list[dict], header: dict, *, per_problem: list[dict] | None = None,
             histories: list[dict] | None = None, crosschecks: list[dict] | None = None,
-            missing: list[dict] | None = None) -> dict[str, Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+            missing: list[dict] | None = None) -> Report:
+    """The report's content: every table, every figure and the templates' context, nothing written."""
     results = [r for r in results if r]
     # A method the config lists but that left no result still gets its rows, reading "—".
     methods = ordered({r["method"] for r in results} | set(header.get("methods") or {}))
@@ -117,32 +138,25 @@ def _render(results: list[dict], header: dict, out_dir: Path, *, per_problem: li
     recorded = next((r["intervals"] for r in results if r.get("intervals")), {})
     intervals = Intervals(recorded.get("confidence", DEFAULT_CONFIDENCE), paired_seeds(header))
     scores = _score_summary(results, problems, intervals)
-    confidence = f"{intervals.confidence:.0%}"
     model = header.get("model", "")
-    written: dict[str, Path] = {}
 
-    sections = {name: [] for name in ("passk", "cost", "curves")}
+    drawn: dict[str, Figure] = {}
     for task in tasks:
         curves = scores[(scores.task == task) & (scores.metric == "pass@k")]
-        drawn = {
+        per_task = {
             "passk": figures.passk(curves, methods, task, model),
             "cost": figures.accuracy_vs_cost(*_cost_points(scores, results, task), task, model),
             "curves": figures.training_curves(_curve_series(histories, task), task, model),
         }
-        for kind, figure in drawn.items():
-            written.update(figures.save(figure, out_dir, f"{kind}_{task}"))
-            sections[kind].append(_figure_entry(written, f"{kind}_{task}", task))
-    written.update(figures.save(figures.peak_memory(_memory(results), methods, model, _device(header)),
-                                out_dir, "memory"))
+        drawn.update({figure_stem(kind, task): figure for kind, figure in per_task.items()})
+    drawn["memory"] = figures.peak_memory(_memory(results), methods, model, _device(header))
     # The modelled cluster curve comes from the cost model's stated defaults alone, not from this run
     # (whose jobs each train on one device), so every report draws the same one.
-    written.update(figures.save(figures.cluster_speedup(list(cluster_model.GPUS), cluster_model.speedups(),
-                                                        cluster_model.PAPER_POINTS, cluster_model.assumptions()),
-                                out_dir, "scaling"))
+    drawn["scaling"] = figures.cluster_speedup(list(cluster_model.GPUS), cluster_model.speedups(),
+                                               cluster_model.PAPER_POINTS, cluster_model.assumptions())
 
-    evidence = claim_checks.Evidence(results, problems, histories, header, intervals)
-    claim_rows = claim_checks.check_all(evidence)
-    frames = {
+    evidence = Evidence(results, problems, histories, header, intervals)
+    tables = {
         "accuracy": _accuracy_table(scores, methods, tasks),
         "paired": _paired_table(problems, methods, tasks, intervals),
         "warm_start": _warm_start_table(problems, header, tasks, intervals),
@@ -150,96 +164,35 @@ def _render(results: list[dict], header: dict, out_dir: Path, *, per_problem: li
         "cost_queries": _cost_table(results, methods, tasks, QUERY_COLUMNS),
         "faults": _cost_table(results, methods, tasks, FAULT_COLUMNS),
         "stages": _stages_table(histories),
-        "claims": _claims_table(claim_rows),
+        "claims": _claims_table(claim_checks.check_all(evidence)),
         "crosscheck": _crosscheck_table(crosschecks, problems, methods, tasks, intervals),
     }
-    for name, frame in frames.items():
+    return Report(tasks, tables, drawn, _context(header, results, missing, tasks, tables, evidence))
+
+
+def write(report: Report, out_dir: Path) -> dict[str, Path]:
+    """Write `report` into `out_dir` as the files reports/files.py names for its tasks: each figure
+    as PNG and SVG, each table as CSV, then report.md and report.html (which embeds the PNGs);
+    return the paths by file name. Each file is written under a temporary name and then renamed."""
+    stems = figure_stems(report.tasks)
+    assert sorted(report.figures) == sorted(stems), \
+        f"the figures computed, {sorted(report.figures)}, are not those reports/files.py names, {sorted(stems)}"
+    assert sorted(report.tables) == sorted(TABLES), \
+        f"the tables computed, {sorted(report.tables)}, are not those reports/files.py names, {sorted(TABLES)}"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for stem in stems:
+        written.update(figures.save(report.figures[stem], out_dir, stem))
+    for name in TABLES:
         path = out_dir / f"table_{name}.csv"
         with atomic_path(path) as tmp:
-            frame.to_csv(tmp, index=False)
+            report.tables[name].to_csv(tmp, index=False)
         written[path.name] = path
-
-    context = {
-        "title": f"nograd report: {header.get('name', MISSING)}",
-        "scale": _scale_line(header),
-        "differences": header.get("scale_differences") or [],
-        "untrusted": header.get("trust_differences") or [],
-        "facts": _facts(header, results),
-        "missing": [f"{display_name(m['method'])} on {m['task']}, seed {m['seed']}" for m in missing or []],
-        "main": [
-            _table("Accuracy (%)", "accuracy", _accuracy_caption(confidence), frames["accuracy"]),
-            _table("Paired differences (percentage points)", "paired", _paired_caption(confidence), frames["paired"]),
-        ] + ([_table("ESSA against its warm start (percentage points)", "warm_start",
-                     "ESSA minus its LoRA SFT warm start alone (SFT: the same adapter and SFT settings, no search), "
-                     "beside ESSA minus GRPO, paired as above: how much of ESSA's result the warm start already "
-                     "reaches. The last column says whether SFT's warm-start settings are ESSA's.",
-                     frames["warm_start"], text_columns=1, left=("SFT's settings",))]
-             if len(frames["warm_start"]) else []),
-        "cost": [
-            _table("Cost: memory and wall-clock", "cost_time",
-                   "Means over seeds. Training wall-clock split by phase: generate (sampling rollouts), score "
-                   "(verifiers), forward (loss forwards), update (the rest: perturbations, optimizer steps). "
-                   "\"—\" where the method does not train or results are missing.", frames["cost_time"]),
-            _table("Cost: queries", "cost_queries",
-                   "Means over seeds, counted in training, except inference passes per answer (what each test answer "
-                   "costs: 1, or K for an ensemble of K). Recompute passes: sequences run forward a second time by "
-                   "gradient checkpointing (\"—\" where not metered). Forward-equivalents = forward passes + 2 × "
-                   "backward passes + recompute passes; tokens processed, the token positions all forward calls "
-                   "computed, beside it, since a sequence's cost grows with its length.",
-                   frames["cost_queries"]),
-            _table("Faults", "faults",
-                   "Means over seeds. Reward errors: completions scored 0 because the verifier failed or could not "
-                   "grade them within its limits. Reward hacks: code completions scored 0 because they handed their "
-                   "tests something other than plain data (an object equal to everything, a subclass of int); a "
-                   "method whose evaluation shows them learned to hack. Non-finite: losses, perturbed members and "
-                   "training batches found NaN or Inf and left out (training.on_nonfinite). \"—\" where the method "
-                   "does not train or results are missing.", frames["faults"]),
-        ] + ([_table("Cost: separately reported stages", "stages",
-                     "Training stages a method reports on their own (e.g. ESSA's supervised warm start before its "
-                     "search), per seed.", frames["stages"])] if len(frames["stages"]) else []),
-        "claims": _table("Claim checks", "claims", "One row per claim of the seed papers. The verdict is computed "
-                         "from this run's result files by the rule stated in full below; the last column gives that "
-                         "rule, or why this run cannot tell. The scale column says what the comparison ran on; the "
-                         "detectable effect is the smallest effect this run could have detected at 80% power, from "
-                         "the observed variance (crossed-interval comparisons).", frames["claims"], text_columns=8),
-        "crosscheck": _table("Cross-check with lm-evaluation-harness", "crosscheck",
-                             _crosscheck_caption(header, confidence), frames["crosscheck"], left=("Flag",)),
-        "tasks": _table("Tasks", "tasks", "Test-split hash: content hash of the test problems scored.",
-                        _task_table(header, results, tasks)),
-        "figures": [
-            {"title": FIGURE_TITLES["passk"], "caption": "pass@k (%) for k = 1, 2, 4, … up to the samples drawn per "
-             f"problem, on a log axis (means over seeds); bands: the accuracy table's {confidence} intervals.",
-             "items": sections["passk"], "wide": False},
-            {"title": FIGURE_TITLES["cost"], "caption": "Greedy accuracy (%) of each trained method "
-             "against its training queries (forward-equivalents) and training wall-clock, log axes; bars: "
-             f"{confidence} intervals. The dashed line is the base model, which does not train.",
-             "items": sections["cost"], "wide": True},
-            {"title": FIGURE_TITLES["curves"], "caption": "Training reward and loss against training queries "
-             "(forward-equivalents): faint, the logged values; solid, a trailing mean over a tenth of the points. "
-             "One line per seed.",
-             "items": sections["curves"], "wide": True},
-            {"title": FIGURE_TITLES["memory"], "caption": "Peak memory per method (GiB), training (solid) beside "
-             "evaluation (hatched), the largest over tasks of the mean over seeds.",
-             "items": [_figure_entry(written, "memory", "all tasks")], "wide": False},
-            {"title": FIGURE_TITLES["scaling"], "caption": "MODELLED, NOT MEASURED: ESSA's speed-up over GRPO "
-             "(GRPO's seconds per rollout over ESSA's, each on G GPUs) for 1.5B, 7B and 32B models, from the cost "
-             "model reports/cluster_model.py with its documented defaults and no quantity of this run (every job of "
-             "it trains on one device); stars: ESSA's reported 2x on 16 GPUs and 6x on 128 (Qwen2.5-32B, time to a "
-             "fixed MATH500 accuracy). Per step, ESSA: ceil(N/G) members' rollouts + the driver's messages (2G "
-             "latencies + bytes / bandwidth); data-parallel GRPO: ceil(R/G) rollouts and loss passes + a ring "
-             "all-reduce of its gradient (2(G−1)/G × bytes / bandwidth + 2(G−1) latencies). Assumptions: "
-             f"{cluster_model.assumptions()}. Left out: decoding's memory-bound floor, GRPO's optimizer step and "
-             "weight sync, whether a model fits a GPU, overlap of communication with compute. python -m "
-             "benchmarks.scaling checks the model's ES step against 1- and 2-worker Ray steps on one machine "
-             "(README).",
-             "items": [_figure_entry(written, "scaling", "all tasks")], "wide": False},
-        ],
-        "verdicts": _verdict_rules(evidence, intervals.confidence),
-        "rules": [(claim.statement, claim_checks.rule_text(claim)) for claim in claim_checks.CLAIMS],
-        "citations": [run_entry(header)] + paper_entries({r["method"] for r in results}),
-        "notes": _notes(confidence),
-    }
-    for name in ("report.md", "report.html"):
+    sections = [{**section, "items": [_figure_entry(written, item["stem"], item["label"]) for item in section["items"]]}
+                for section in report.context["figures"]]
+    context = {**report.context, "figures": sections}
+    for name in DOCUMENTS:
         text = _TEMPLATES.get_template(f"{name}.j2").render(**context)
         with atomic_path(out_dir / name) as tmp:
             tmp.write_text(text, encoding="utf-8")
@@ -251,6 +204,99 @@ def _figure_entry(written: dict[str, Path], stem: str, label: str) -> dict:
     png = written[f"{stem}.png"]
     return {"label": label, "png": png.name, "svg": f"{stem}.svg",
             "base64": base64.b64encode(png.read_bytes()).decode("ascii")}
+
+
+def _context(header: dict, results: list[dict], missing: list[dict] | None, tasks: list[str],
+             tables: dict[str, pd.DataFrame], evidence: Evidence) -> dict:
+    """What the templates fill in: the run's scale and facts, each table with its title and caption,
+    the figures' sections, the claims' rules, citations and notes."""
+    confidence = f"{evidence.intervals.confidence:.0%}"
+    return {
+        "title": f"nograd report: {header.get('name', MISSING)}",
+        "scale": _scale_line(header),
+        "differences": header.get("scale_differences") or [],
+        "untrusted": header.get("trust_differences") or [],
+        "facts": _facts(header, results),
+        "missing": [f"{display_name(m['method'])} on {m['task']}, seed {m['seed']}" for m in missing or []],
+        "main": [
+            _table("Accuracy (%)", "accuracy", _accuracy_caption(confidence), tables["accuracy"]),
+            _table("Paired differences (percentage points)", "paired", _paired_caption(confidence), tables["paired"]),
+        ] + ([_table("ESSA against its warm start (percentage points)", "warm_start",
+                     "ESSA minus its LoRA SFT warm start alone (SFT: the same adapter and SFT settings, no search), "
+                     "beside ESSA minus GRPO, paired as above: how much of ESSA's result the warm start already "
+                     "reaches. The last column says whether SFT's warm-start settings are ESSA's.",
+                     tables["warm_start"], text_columns=1, left=("SFT's settings",))]
+             if len(tables["warm_start"]) else []),
+        "cost": [
+            _table("Cost: memory and wall-clock", "cost_time",
+                   "Means over seeds. Training wall-clock split by phase: generate (sampling rollouts), score "
+                   "(verifiers), forward (loss forwards), update (the rest: perturbations, optimizer steps). "
+                   "\"—\" where the method does not train or results are missing.", tables["cost_time"]),
+            _table("Cost: queries", "cost_queries",
+                   "Means over seeds, counted in training, except inference passes per answer (what each test answer "
+                   "costs: 1, or K for an ensemble of K). Recompute passes: sequences run forward a second time by "
+                   "gradient checkpointing (\"—\" where not metered). Forward-equivalents = forward passes + 2 × "
+                   "backward passes + recompute passes; tokens processed, the token positions all forward calls "
+                   "computed, beside it, since a sequence's cost grows with its length.",
+                   tables["cost_queries"]),
+            _table("Faults", "faults",
+                   "Means over seeds. Reward errors: completions scored 0 because the verifier failed or could not "
+                   "grade them within its limits. Reward hacks: code completions scored 0 because they handed their "
+                   "tests something other than plain data (an object equal to everything, a subclass of int); a "
+                   "method whose evaluation shows them learned to hack. Non-finite: losses, perturbed members and "
+                   "training batches found NaN or Inf and left out (training.on_nonfinite). \"—\" where the method "
+                   "does not train or results are missing.", tables["faults"]),
+        ] + ([_table("Cost: separately reported stages", "stages",
+                     "Training stages a method reports on their own (e.g. ESSA's supervised warm start before its "
+                     "search), per seed.", tables["stages"])] if len(tables["stages"]) else []),
+        "claims": _table("Claim checks", "claims", "One row per claim of the seed papers. The verdict is computed "
+                         "from this run's result files by the rule stated in full below; the last column gives that "
+                         "rule, or why this run cannot tell. The scale column says what the comparison ran on; the "
+                         "detectable effect is the smallest effect this run could have detected at 80% power, from "
+                         "the observed variance (crossed-interval comparisons).", tables["claims"], text_columns=8),
+        "crosscheck": _table("Cross-check with lm-evaluation-harness", "crosscheck",
+                             _crosscheck_caption(header, confidence), tables["crosscheck"], left=("Flag",)),
+        "tasks": _table("Tasks", "tasks", "Test-split hash: content hash of the test problems scored.",
+                        _task_table(header, results, tasks)),
+        "figures": _figure_sections(tasks, confidence),
+        "verdicts": _verdict_rules(evidence, evidence.intervals.confidence),
+        "rules": [(claim.statement, claim_checks.rule_text(claim)) for claim in claim_checks.CLAIMS],
+        "citations": [run_entry(header)] + paper_entries({r["method"] for r in results}),
+        "notes": _notes(confidence),
+    }
+
+
+def _figure_sections(tasks: list[str], confidence: str) -> list[dict]:
+    """One section per kind of figure (reports/files.py's FIGURE_TITLES): its title, caption and
+    items, one per task or one for all tasks, each naming its figure's stem."""
+    captions = {
+        "passk": "pass@k (%) for k = 1, 2, 4, … up to the samples drawn per problem, on a log axis (means over "
+                 f"seeds); bands: the accuracy table's {confidence} intervals.",
+        "cost": "Greedy accuracy (%) of each trained method against its training queries (forward-equivalents) and "
+                f"training wall-clock, log axes; bars: {confidence} intervals. The dashed line is the base model, "
+                "which does not train.",
+        "curves": "Training reward and loss against training queries (forward-equivalents): faint, the logged "
+                  "values; solid, a trailing mean over a tenth of the points. One line per seed.",
+        "memory": "Peak memory per method (GiB), training (solid) beside evaluation (hatched), the largest over "
+                  "tasks of the mean over seeds.",
+        "scaling": "MODELLED, NOT MEASURED: ESSA's speed-up over GRPO (GRPO's seconds per rollout over ESSA's, each "
+                   "on G GPUs) for 1.5B, 7B and 32B models, from the cost model reports/cluster_model.py with its "
+                   "documented defaults and no quantity of this run (every job of it trains on one device); stars: "
+                   "ESSA's reported 2x on 16 GPUs and 6x on 128 (Qwen2.5-32B, time to a fixed MATH500 accuracy). Per "
+                   "step, ESSA: ceil(N/G) members' rollouts + the driver's messages (2G latencies + bytes / "
+                   "bandwidth); data-parallel GRPO: ceil(R/G) rollouts and loss passes + a ring all-reduce of its "
+                   "gradient (2(G−1)/G × bytes / bandwidth + 2(G−1) latencies). Assumptions: "
+                   f"{cluster_model.assumptions()}. Left out: decoding's memory-bound floor, GRPO's optimizer step "
+                   "and weight sync, whether a model fits a GPU, overlap of communication with compute. python -m "
+                   "benchmarks.scaling checks the model's ES step against 1- and 2-worker Ray steps on one machine "
+                   "(README).",
+    }
+    wide = {"cost", "curves"}
+    return [{"title": title, "caption": captions[kind],
+             "items": ([{"label": task, "stem": figure_stem(kind, task)} for task in tasks]
+                       if kind in PER_TASK_FIGURES else [{"label": "all tasks", "stem": figure_stem(kind)}]),
+             "wide": kind in wide}
+            for kind, title in FIGURE_TITLES.items()]
 
 
 # ---------------------------------------------------------------- accuracy
@@ -391,7 +437,7 @@ def _warm_start_table(problems: ProblemScores, header: dict, tasks: list[str], i
     """Per task where ESSA and its warm start alone (SFT) were both scored: ESSA minus SFT beside
     ESSA minus GRPO, greedy and pass@n, and whether SFT's warm-start settings are ESSA's."""
     method, control = WARM_START
-    mismatch = claim_checks.control_mismatch(header, method, control)
+    mismatch = control_mismatch(header, method, control)
     setting = f"does not match: {'; '.join(mismatch)}" if mismatch else f"{display_name(method)}'s warm start"
     columns = {(reference, label): f"{display_name(method)} − {display_name(reference)}: {label}"
                for label in ("greedy", "pass@n") for reference in (control, "grpo")}
@@ -571,8 +617,8 @@ def _crosscheck_table(checks: list[dict], problems: ProblemScores, methods: list
     return pd.DataFrame(rows, columns=columns).fillna(MISSING)
 
 
-def _verdict_rules(evidence: claim_checks.Evidence, confidence: float) -> str:
-    """How every verdict is decided, in words (reports/claims.py), before each claim's own rule."""
+def _verdict_rules(evidence: Evidence, confidence: float) -> str:
+    """How every verdict is decided, in words (reports/verdicts.py), before each claim's own rule."""
     tail = (1 - confidence) / 2
     return (
         "Verdicts: supported, not supported, inconclusive at this scale, not run (a method the claim compares did "

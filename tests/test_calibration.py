@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.calibration import Method, coverage, draw
 from reports import claims
-from reports.claims import NOT_SUPPORTED, SUPPORTED, Evidence
 from reports.scores import Intervals, ProblemScores
+from reports.verdicts import NOT_SUPPORTED, SUPPORTED, Evidence
 
 
 @pytest.mark.parametrize("problems, spread", [(200, 0.0), (1319, 0.03)])

@@ -10,8 +10,7 @@ from core.errors import NogradError
 from core.outputs import WORK, atomic_dir, finished, work_dir, write_json
 from evals.tasks import TASKS
 from jobs import validation
-from methods import METHODS
-from reports.names import ordered
+from methods import METHODS, in_order
 
 MINIMAL = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}, "methods": {"base": {}}}
 
@@ -23,7 +22,7 @@ def test_committed_schema_is_generated_from_the_dataclasses():
 def test_committed_paper_config_is_generated_from_the_defaults():
     assert validation.PAPER_PATH.read_text() == validation.paper_config_yaml(), "run: make configs"
     paper = validation.load(validation.PAPER_PATH)
-    assert list(paper.methods) == ordered(METHODS) and set(paper.tasks) == set(TASKS)
+    assert list(paper.methods) == in_order() and set(paper.tasks) == set(TASKS)
     for name, method in METHODS.items():
         assert set(validation.field_docs(method.config)) == {f.name for f in dataclasses.fields(method.config)}
         assert paper.methods[name] == method.config(), f"paper.yaml {name} is not at its dataclass's defaults"

@@ -16,9 +16,8 @@ from conftest import killed_at_step, tiny_config
 from core.outputs import disk_mb, read_json
 from evals.tasks import TASKS
 from fingerprint import assert_unchanged
-from methods import METHODS
+from methods import METHODS, in_order
 from methods.sft import SFTConfig
-from reports.names import ordered
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,7 +154,7 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
 
 RL = ("grpo", "fgrpo")
 """Run on every task by their own DAG test; base and MeZO by the whole DAG's."""
-OTHERS = {name: METHODS[name].test_settings for name in ordered(METHODS) if name not in (*RL, "base", "mezo")}
+OTHERS = {name: METHODS[name].test_settings for name in in_order() if name not in (*RL, "base", "mezo")}
 """Every other registered method, at its record's test settings: a new method is in here by registering."""
 
 

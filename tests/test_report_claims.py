@@ -9,27 +9,23 @@ import pytest
 
 from evals.tasks import TASKS
 from methods import METHODS, display_records
-from reports import claims
-from reports.claims import (
+from reports import claims, measures, verdicts
+from reports.claims import check
+from reports.measures import PairedDifference, QueriesToLoss, RecoveredGain, RetainedGain, SavingRatio
+from reports.names import shown
+from reports.scores import PASS, Intervals, ProblemScores
+from reports.verdicts import (
     INCONCLUSIVE,
     MISSING,
     NOT_RUN,
     NOT_SUPPORTED,
     SUPPORTED,
     Evidence,
-    PairedDifference,
-    QueriesToLoss,
-    RecoveredGain,
-    RetainedGain,
-    SavingRatio,
     SignTest,
     Threshold,
-    check,
     decide,
     resolution,
 )
-from reports.names import shown
-from reports.scores import PASS, Intervals, ProblemScores
 
 PROBLEMS = 400
 SEEDS = (0, 1, 2)
@@ -196,10 +192,10 @@ def test_a_comparison_needs_grpo_off_the_base_model():
 
 def test_holm_by_hand():
     # Sorted: 0.01 <= 0.05/3 is rejected; 0.03 > 0.05/2 stops the procedure; 0.04 is then not rejected.
-    assert claims.holm([0.01, 0.04, 0.03], 0.05) == [(1, pytest.approx(0.05 / 3), True), (3, 0.05, False),
+    assert verdicts.holm([0.01, 0.04, 0.03], 0.05) == [(1, pytest.approx(0.05 / 3), True), (3, 0.05, False),
                                                       (2, 0.025, False)]
-    assert [r[2] for r in claims.holm([0.01, 0.02, 0.03], 0.05)] == [True, True, True]
-    assert claims.holm([], 0.05) == []
+    assert [r[2] for r in verdicts.holm([0.01, 0.02, 0.03], 0.05)] == [True, True, True]
+    assert verdicts.holm([], 0.05) == []
 
 
 def test_holm_holds_the_family():
@@ -350,14 +346,14 @@ def heldout_history(points, queries_per_point=100, every=1):
 
 
 def test_a_loss_decreases_beyond_noise_only_when_its_fall_outweighs_its_rises():
-    assert claims.decreases(np.linspace(2.0, 1.99, 5)), "a steady fall, however small"
+    assert measures.decreases(np.linspace(2.0, 1.99, 5)), "a steady fall, however small"
     drop = np.concatenate([[2.0, 1.2], 1.0 + 0.01 * np.random.default_rng(0).standard_normal(30)])
-    assert claims.decreases(drop), "a steep drop, then small jitter"
+    assert measures.decreases(drop), "a steep drop, then small jitter"
     steps = 0.05 * np.random.default_rng(1).standard_normal(199)
     steps -= steps.mean() + 0.01 / 199  # a random walk that ends 0.01 below its start
-    assert not claims.decreases(2.0 + np.concatenate([[0.0], np.cumsum(steps)])), "it rises as much as it falls"
-    assert not claims.decreases([2.0, 1.0]), "two points show no noise"
-    assert not claims.decreases([2.0, 2.0, 2.0])
+    assert not measures.decreases(2.0 + np.concatenate([[0.0], np.cumsum(steps)])), "it rises as much as it falls"
+    assert not measures.decreases([2.0, 1.0]), "two points show no noise"
+    assert not measures.decreases([2.0, 2.0, 2.0])
 
 
 def test_queries_to_loss_on_heldout_curves():
