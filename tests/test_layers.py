@@ -72,6 +72,24 @@ def test_no_import_circle():
         pytest.fail(f"an import circle: {' -> '.join(error.args[1])}")
 
 
+def engine_comparisons(source: str) -> list[str]:
+    """Comparisons of a config's `sampler` or `training.population` with one of their values."""
+    values = {"torch", "vllm", "process", "ray"}
+    return [ast.unparse(node) for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Compare)
+            and any(isinstance(side, ast.Attribute) and side.attr in ("sampler", "population")
+                    for side in [node.left, *node.comparators])
+            and any(isinstance(side, ast.Constant) and side.value in values for side in [node.left, *node.comparators])]
+
+
+def test_only_the_backend_asks_where_sequences_are_generated_and_populations_scored():
+    assert engine_comparisons("use = run.config.sampler == 'vllm' or cfg.training.population != 'ray'") == [
+        "run.config.sampler == 'vllm'", "cfg.training.population != 'ray'"]
+    found = {str(path.relative_to(REPO)): engine_comparisons(path.read_text())
+             for top in FLOORS for path in (REPO / top).rglob("*.py")}
+    assert found.pop("core/backend.py"), "the backend compares them"
+    assert not {path: hits for path, hits in found.items() if hits}, "ask core.backend.Backend instead"
+
+
 def test_the_floor_rule_catches_an_upward_import_and_a_circle():
     assert not allowed("reports.figures", "methods") and not allowed("evals.tasks.code", "reports.scores")
     assert not allowed("core.config", "methods") and not allowed("methods.mezo", "evals.tasks")
