@@ -17,8 +17,9 @@ import pandas as pd
 from core.config import REPO, Config, config_hash, to_dict
 from core.outputs import atomic_path, disk_mb, read_json, write_json
 from jobs import data, tracking, validation
-from methods import METHODS, display_records
+from methods import METHODS, display_records, in_order
 from reports.citations import suite_version
+from reports.names import shown
 from reports.render import render_summary, samples_text
 from reports.scores import read_completions
 
@@ -138,6 +139,9 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
     # bound of the true peak, as jobs run side by side), or collect measures now, before its summary.
     at_collection = disk_mb()
     peak_disk = max([at_collection] + [m.get("peak_disk_mb", 0.0) for m in job_meters])
+    records = display_records(in_order())
+    with shown(records):
+        differences = scale_differences(cfg)
     header = {
         "name": cfg.name,
         "model": model["name"],
@@ -150,8 +154,9 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "samples_by_method": cfg.evaluation.samples_by_method,
         "seeds": list(cfg.seeds),
         "methods": to_dict(cfg.methods),
-        # What the report shows of each method (reports/names.py): it renders from these, not the registry.
-        "method_records": display_records(cfg.methods),
+        # What the report shows of every registered method, run or named by a claim (reports/names.py):
+        # it renders from these, not from the registry.
+        "method_records": records,
         # Methods whose seed k shares work, compared seed by seed (reports/scores.py).
         "paired_seeds": [[m, METHODS[m].builds_on] for m in cfg.methods if METHODS[m].builds_on in cfg.methods],
         # The claim checks' settings travel with the results they judge (reports/verdicts.py).
@@ -166,7 +171,7 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "job_time_s": job_time,
         "peak_disk_mb": peak_disk,
         "results_disk_mb": at_collection,
-        "scale_differences": scale_differences(cfg),
+        "scale_differences": differences,
         # How code completions were isolated while graded, as each code job recorded it (evals/sandbox).
         "sandbox": {"isolation": cfg.sandbox.isolation, "jobs": sorted(isolations)},
         "trust_differences": trust_differences(isolations),

@@ -29,7 +29,7 @@ from core import meters, models
 from core.contract import QueryCounts
 from core.errors import NogradError
 from jobs import data
-from methods import display_records, get_method
+from methods import display_records, get_method, in_order
 from reports import power
 from reports.names import shown
 
@@ -138,7 +138,7 @@ def render(cfg: configuration.Config, tokens_per_second: float | None, source: s
     said += [f"Would stop before training, and is not in the total: {line}" for line in stopping]
     said.append('"<=": the most the job can spend (it may stop early, or its count depends on outcomes); tokens '
                 "generated are at most max_new_tokens per rollout. Forward passes include held-out loss forwards.")
-    with shown(display_records(cfg.methods)):
+    with shown(display_records(in_order())):
         said += ["", power.render(cfg, {t: n for t, (n, _) in sizes.items()}, {t: a for t, (_, a) in sizes.items()},
                                   assumptions or power.Assumptions())]
     return "\n".join(said) + "\n"
