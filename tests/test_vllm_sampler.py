@@ -8,6 +8,7 @@ of the API (requests, seeds, adapter ids, materialised weights, meters), not vLL
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.machinery
 import sys
 import types
@@ -206,7 +207,7 @@ def test_population_rollout_through_vllm_serves_every_generations_own_adapters(t
         candidates = [space.get() * np.random.default_rng([generation, j]).uniform(0, 40, space.get().size)
                       for j in range(3)]
         for sampler in ("torch", "vllm"):
-            run.config.sampler = sampler
+            run.backend = dataclasses.replace(run.backend, sampler=sampler)
             texts.clear()
             with space.population(run.model, candidates) as adapters:
                 run.population_rollout(problems, adapters)
