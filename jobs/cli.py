@@ -133,17 +133,17 @@ def cmd_crosscheck(args) -> None:
 
 
 def cmd_collect(args) -> None:
-    from jobs import collect as build
+    from jobs import collect
 
-    summary = build.collect(_config(args), args.metrics, args.model, args.data, args.out, args.completions,
-                            args.train_metrics, args.crosschecks)
+    summary = collect.collect(_config(args), args.metrics, args.model, args.data, args.out, args.completions,
+                              args.train_metrics, args.crosschecks)
     print(f"collected {len(summary['results'])} results into {args.out}")
 
 
 def cmd_report(args) -> None:
-    from jobs import collect as build
+    from jobs import collect
 
-    paths = build.report(_config(args), args.summary, args.tracking, args.out.parent)
+    paths = collect.report(_config(args), args.summary, args.tracking, args.out.parent)
     print("report: " + ", ".join(str(p) for p in paths.values()))
 
 
