@@ -3,8 +3,6 @@ the table each writes. Benchmarks measure ratios side by side in one process; th
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -17,9 +15,11 @@ data.skip_unreachable_hub()  # before transformers and datasets are imported: th
 import torch  # noqa: E402
 
 from core import models  # noqa: E402
-from core.config import REPO, Config, load  # noqa: E402
+from core.config import REPO, Config  # noqa: E402
+from core.machine import describe, fingerprint, resolve  # noqa: E402
 from core.sampler import prompt_text  # noqa: E402
 from evals.tasks import get_task  # noqa: E402
+from jobs.validation import load  # noqa: E402
 
 OUT = Path("results/speed")
 
@@ -28,7 +28,7 @@ def embedded_model():
     """The embedded default model (converted once into results/model, as the DAG does), metered."""
     from core import meters
 
-    cfg: Config = load(REPO / "config" / "config.yaml")
+    cfg: Config = resolve(load(REPO / "config" / "config.yaml"))[0]
     manifest = models.prepare(cfg.model, Path("results/model"))
     model, tokenizer = models.load(manifest, cfg.dtype, cfg.device)
     meters.Meters().attach(model)
@@ -55,9 +55,8 @@ def median_seconds(run: Callable[[], object], repeats: int, warm_up: Callable[[]
 
 
 def machine() -> str:
-    threads = torch.get_num_threads()
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"torch {torch.__version__} ({threads} threads)")
+    """The machine a table was measured on: CPU, cores, the flags that pick its kernels, torch and its threads."""
+    return f"{describe(fingerprint())} ({torch.get_num_threads()} threads)"
 
 
 def write_table(name: str, title: str, header: list[str], rows: list[list[str]]) -> str:

@@ -34,7 +34,7 @@ from core import models, perturb
 from core.config import REPO
 from core.outputs import write_json
 from jobs import data
-from jobs.train import Run
+from jobs.train import TrainingRun
 from jobs.validation import load
 from methods import METHODS
 from reports import cluster_model as cm
@@ -70,12 +70,12 @@ def main() -> None:
         data_dir.mkdir()
         data.prepare(configuration.for_run(base, task="gsm8k"), "gsm8k", data_dir)
 
-        def run_with(population: str, workers: int) -> Run:
+        def run_with(population: str, workers: int) -> TrainingRun:
             cfg = dataclasses.replace(base, training=dataclasses.replace(base.training, population=population,
                                                                          population_workers=workers))
             work = Path(tmp) / f"{population}{workers}"
             work.mkdir()
-            return Run(cfg, "essam", "gsm8k", 0, manifest, data_dir, work, work)
+            return TrainingRun(cfg, "essam", "gsm8k", 0, manifest, data_dir, work, work)
 
         # (a) in the training process
         run = run_with("process", 1)
