@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, workflow.basedir)
 from evals.tasks import get_task
 from core import config as configuration
+from core import machine
 from jobs import validation
 from core.errors import NogradError
 from reports.files import FIGURE_TITLES
@@ -111,9 +112,28 @@ rule tracking:
 # start-up, scoring and logging overlap too. On GPUs each job holds `resources.gpus` devices of its
 # own (jobs/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
 # `--set-threads train=N evaluate=N` (or a profile) gives each job more cores.
+# `dtype: auto` and `sampler: auto` chosen once, by measuring the machine (core/machine.py): every
+# job reads the same choices, and reruns when they change; the report states them and why.
+rule probe:
+    output:
+        str(machine.DECIDED),
+    params:
+        config=lambda wc: job_config(),
+    threads: 1
+    resources:
+        gpu=CONFIG.resources.gpus,
+    log:
+        "results/logs/probe.log",
+    benchmark:
+        "results/benchmarks/probe.tsv"
+    shell:
+        "{NOGRAD} probe --config-json {params.config:q} 2>&1 | tee {log}"
+
+
 rule train:
     input:
         model=rules.model.output[0],
+        choices=rules.probe.output[0],
         data=rules.data.output[0],
         tracking=rules.tracking.output[0],
     output:
@@ -194,6 +214,7 @@ rule collect:
         crosschecks=expand(rules.crosscheck.output[0], method=METHODS, task=CROSSCHECK_TASKS, seed=SEEDS),
         model=rules.model.output[0],
         data=expand(rules.data.output[0], task=TASKS),
+        choices=rules.probe.output[0],
     output:
         json="results/summary.json",
         csv="results/summary.csv",

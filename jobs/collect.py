@@ -9,11 +9,13 @@ method not run) leaves a gap that the report names, never an error.
 from __future__ import annotations
 
 import datetime
+from dataclasses import asdict
 from pathlib import Path
 
 import mlflow
 import pandas as pd
 
+from core import machine
 from core.config import REPO, Config, config_hash, to_dict
 from core.outputs import atomic_path, disk_mb, read_json, write_json
 from jobs import data, tracking, validation
@@ -90,10 +92,13 @@ def trust_differences(isolations: set[str]) -> list[str]:
 
 
 def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_manifests: list[Path], out: Path,
-            completions: list[Path] = (), train_metrics: list[Path] = (), crosschecks: list[Path] = ()) -> dict:
+            completions: list[Path] = (), train_metrics: list[Path] = (), crosschecks: list[Path] = (),
+            choices: dict[str, machine.Choice] | None = None) -> dict:
     """Write `summary.json` (every result, per-problem scores, training histories, cross-checks
-    and the run's scale, with its disk use) and a flat `summary.csv`. Files that do not exist are
-    gaps, named in `missing`."""
+    and the run's scale, with its disk use, and how `dtype` and `sampler` were chosen: `choices`,
+    by default as `cfg` sets them) and a flat `summary.csv`. Files that do not exist are gaps,
+    named in `missing`."""
+    choices = choices or machine.resolve(cfg)[1]
     existing = [Path(path) for path in metrics_files if Path(path).exists()]
     results = [read_json(path) for path in existing]
     checks = [read_json(path) for path in crosschecks if Path(path).exists()]
@@ -147,6 +152,8 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
         "model": model["name"],
         "model_source": f"{model['source']}: {model.get('revision') or model['path']}",
         "dtype": cfg.dtype,
+        # What `dtype: auto` and `sampler: auto` chose, and why (core/machine.py); or that the config set them.
+        "choices": {name: asdict(choice) for name, choice in choices.items()},
         "tasks": {m["task"]: {"train": m["train"]["size"], "test": m["test"]["size"],
                               "source": data.describe(m["test"]), "train_source": data.describe(m["train"])}
                   for m in manifests},

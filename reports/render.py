@@ -727,7 +727,8 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
     return [
         ("Model", str(header.get("model", MISSING))),
         ("Model source", str(header.get("model_source", MISSING))),
-        ("Weights", str(header.get("dtype", MISSING))),
+        ("Weights", _chosen(header, "dtype", str(header.get("dtype", MISSING)))),
+        ("Sampler", _chosen(header, "sampler", MISSING)),
         ("Samples per problem", _samples(header)),
         ("Sampling", "; ".join(sorted(samplings)) or MISSING),
         ("Seeds", ", ".join(map(str, header.get("seeds") or [])) or MISSING),
@@ -740,6 +741,21 @@ def _facts(header: dict, results: list[dict]) -> list[tuple[str, str]]:
         ("Suite version", str(header.get("suite_version", MISSING))),
         ("Date", str(header.get("date", MISSING))),
     ]
+
+
+ENGINES = {"torch": "nograd's torch sampler (core/sampler.py)", "vllm": "vLLM (core/vllm_sampler.py)"}
+
+
+def _chosen(header: dict, setting: str, before: str) -> str:
+    """What ran for `setting` (dtype, sampler) and why, as the run chose it (core/machine.py);
+    `before` for a summary written before runs recorded their choices."""
+    choice = (header.get("choices") or {}).get(setting)
+    if choice is None:
+        return before
+    value = ENGINES.get(choice["value"], choice["value"]) if setting == "sampler" else choice["value"]
+    if choice["setting"] != "auto":
+        return f"{value}, set in the config"
+    return f"{value}, chosen by `{setting}: auto`: {choice['reason']}"
 
 
 def _isolation(header: dict) -> str:

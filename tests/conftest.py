@@ -85,6 +85,9 @@ def tiny_config(model_dir: Path, **methods) -> dict:
     return {
         "name": "tiny",
         "model": str(model_dir),
+        # Set, not left to `auto`: the tests' numbers must not depend on which machine runs them.
+        "dtype": "float32",
+        "sampler": "torch",
         "seeds": [0],
         "tasks": {name: TINY_SPLITS.get(name, {"train_size": 8, "test_size": 2}) for name in {**TINY_SPLITS, **TASKS}
                   if name in TASKS},

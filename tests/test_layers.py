@@ -127,3 +127,11 @@ def test_data_collect_and_report_jobs_import_no_training_library():
     modules = imported("import jobs.cli, jobs.data, jobs.collect", "from jobs import validation",
                        "validation.paper_config()")  # every method's and task's record and config
     assert not training_libraries(modules), training_libraries(modules)
+
+
+def test_every_benchmark_module_imports():
+    """Benchmarks are not tests, so nothing else runs them: a name they import that moved would
+    go unseen until someone measured."""
+    names = sorted(module_name(path) for path in (REPO / "benchmarks").glob("*.py"))
+    assert "benchmarks.sampler" in names and "benchmarks.population" in names
+    assert set(names) <= imported(*(f"import {name}" for name in names))

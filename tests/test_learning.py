@@ -64,7 +64,8 @@ def learning(tmp_path, monkeypatch, tiny_model_dir):
     data_dir = write_target_data(Path("results/data/target"))
     models.prepare(str(tiny_model_dir), Path("results/model"))
     base_cfg = config.Config(
-        name="learning", model=str(tiny_model_dir), seeds=[0], tasks={"target": config.TaskConfig()},
+        name="learning", model=str(tiny_model_dir), dtype="float32", sampler="torch", seeds=[0],
+        tasks={"target": config.TaskConfig()},
         evaluation=config.EvaluationConfig(samples=1, max_new_tokens=12, batch_size=8, bootstrap_samples=20,
                                            crosscheck=False),
         training=config.TrainingConfig(max_new_tokens=12, checkpoint_every=1000),

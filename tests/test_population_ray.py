@@ -76,7 +76,8 @@ def target(tmp_path_factory, tiny_model_dir):
         data_dir = write_target_data(Path("results/data/target"))
         models.prepare(str(tiny_model_dir), Path("results/model"))
         base = config.Config(
-            name="ray", model=str(tiny_model_dir), seeds=[0], tasks={"target": config.TaskConfig()},
+            name="ray", model=str(tiny_model_dir), dtype="float32", sampler="torch", seeds=[0],
+            tasks={"target": config.TaskConfig()},
             tracking_uri=f"sqlite:///{root / 'results' / 'mlflow.db'}",
             training=config.TrainingConfig(max_new_tokens=12, checkpoint_every=1, population_workers=WORKERS),
         )

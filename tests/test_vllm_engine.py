@@ -279,3 +279,28 @@ def test_evaluation_through_vllm_has_the_torch_schema_and_greedy_answers(essa_ru
     assert vllm_eval["greedy"] == torch_eval["greedy"] and torch_eval["greedy"]["value"] > 0
     greedy = [[row for row in essa_runs[s]["completions"] if row["mode"] == "greedy"] for s in ("torch", "vllm")]
     assert greedy[0] == greedy[1] and len(greedy[0]) == torch_eval["problems"]
+
+
+def test_sampler_auto_chooses_the_engine_that_generated_faster_here(tmp_path):
+    """The real sampler probe (core/machine.py) in vLLM's environment: nograd's sampler and a vLLM
+    engine timed on the same model, prompt and shape, and the faster one chosen, with both rates."""
+    import yaml
+
+    if not VLLM_PYTHON.exists():
+        pytest.skip("no .venv-vllm: `make vllm` builds vLLM's CPU environment (`make test` does)")
+    raw = {"name": "probe", "model": str(build_tiny_model(tmp_path / "tiny", heads=1)), "dtype": "float32",
+           "sampler": "auto", "vllm_gpu_memory": 0.2, "seeds": [0], "tasks": {"gsm8k": {}},
+           "methods": {"base": {}}}
+    (tmp_path / "probe.yaml").write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(VLLM_PYTHON), "-m", "jobs.cli", "probe", "--config", "probe.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    [kept] = (tmp_path / "results" / "machine").glob("sampler-*.json")
+    rates = json.loads(kept.read_text())["tokens_per_second"]
+    assert rates["torch"] > 0 and rates["vllm"] > 0
+    chosen = json.loads((tmp_path / "results" / "machine" / "choices.json").read_text())["choices"]["sampler"]
+    assert chosen["value"] == max(rates, key=rates.get)
+    assert f"vLLM generated {rates['vllm']:.1f} tokens/s and nograd's torch sampler {rates['torch']:.1f}" in \
+        chosen["reason"]
+    assert f"sampler: {chosen['value']} (auto: " in done.stdout
