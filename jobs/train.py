@@ -273,7 +273,10 @@ class TrainingRun:
         with self.meters.phase("forward"), torch.set_grad_enabled(grad):
             logits = self.model(input_ids=ids, attention_mask=attention, logits_to_keep=width - start).logits
             logits = logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, start + 1:], reduction="none")
+            # Over the vocabulary as the last, contiguous dimension: 5x faster on the CPU than with the
+            # classes as dimension 1 (a strided log-softmax), equal to within a few fp32 roundings.
+            nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, start + 1:].flatten(),
+                                                    reduction="none").view(len(rows), -1)
             weights = target_mask[:, start + 1:].to(nll.dtype)
             losses = (nll * weights).sum(1) / weights.sum(1)
         for problem, value in zip(problems, losses.tolist()):

@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs the tests on every core at once
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))  # a share of the cores each, not all
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
