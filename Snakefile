@@ -1,7 +1,7 @@
 # nograd: post-train a model with each method on each task and seed, evaluate every result
 # the same way, and render the comparison report.
 #
-#   model -> data(task) -> train(method, task, seed) -> evaluate(method, task, seed) -> collect -> report
+#   model -> data(task) -> probe -> train(method, task, seed) -> evaluate(method, task, seed) -> collect -> report
 #                                                  \-> crosscheck(method, task, seed) -/   (gsm8k, math)
 #
 # The config (config/config.yaml unless --configfile is given) is validated against
@@ -105,13 +105,6 @@ rule tracking:
         "{NOGRAD} init-tracking --config-json {params.config:q} --out {output} 2>&1 | tee {log}"
 
 
-# Resumable: checkpoints live in results/work/, outside the declared outputs, which
-# Snakemake deletes before rerunning a job; a job removes them once its outputs are written.
-# One core per job (Snakemake sets OMP_NUM_THREADS to it), so jobs run side by side: on the 2-core
-# CPU two one-thread evaluations took 73 s together, one two-thread evaluation 46 s alone, and
-# start-up, scoring and logging overlap too. On GPUs each job holds `resources.gpus` devices of its
-# own (jobs/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
-# `--set-threads train=N evaluate=N` (or a profile) gives each job more cores.
 # `dtype: auto` and `sampler: auto` chosen once, by measuring the machine (core/machine.py): every
 # job reads the same choices, and reruns when they change; the report states them and why.
 rule probe:
@@ -130,6 +123,13 @@ rule probe:
         "{NOGRAD} probe --config-json {params.config:q} 2>&1 | tee {log}"
 
 
+# Resumable: checkpoints live in results/work/, outside the declared outputs, which
+# Snakemake deletes before rerunning a job; a job removes them once its outputs are written.
+# One core per job (Snakemake sets OMP_NUM_THREADS to it), so jobs run side by side: on the 2-core
+# CPU two one-thread evaluations took 73 s together, one two-thread evaluation 46 s alone, and
+# start-up, scoring and logging overlap too. On GPUs each job holds `resources.gpus` devices of its
+# own (jobs/devices.py): `--resources gpu=N` runs as many side by side as N devices allow, and
+# `--set-threads train=N evaluate=N` (or a profile) gives each job more cores.
 rule train:
     input:
         model=rules.model.output[0],
