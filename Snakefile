@@ -2,12 +2,13 @@
 # the same way, and render the comparison report.
 #
 #   model -> data(task) -> probe -> train(method, task, seed) -> evaluate(method, task, seed) -> collect -> report
-#                                                  \-> crosscheck(method, task, seed) -/   (gsm8k, math)
+#                                                           \-> crosscheck(method, task, seed) -/   (gsm8k, math)
 #
 # The config (config/config.yaml unless --configfile is given) is validated against
 # config/schema.yaml at parse time. Each job gets only the part of the config it depends on,
 # so changing one method's settings reruns only that method's jobs.
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -48,10 +49,16 @@ def gpus(wildcards):
     return CONFIG.resources.for_method(wildcards.method)
 
 
-def job_config(method=None, task=None, seed=None, report=False):
+def job_config(method=None, task=None, seed=None, report=False, shared=False):
     """The JSON config a job gets: its own method, task and seed, and the shared settings (the
-    report's own settings only where `report`)."""
-    return json.dumps(configuration.to_dict(configuration.for_run(CONFIG, method, task, seed, report)), sort_keys=True)
+    report's own settings only where `report`). A `shared` job (model, data, tracking, probe) reads
+    no method's settings: it gets which methods run, each at its defaults, so that changing one
+    method's settings reruns none of them (and so every method's jobs after them)."""
+    cfg = configuration.for_run(CONFIG, method, task, seed, report)
+    if shared:
+        cfg = dataclasses.replace(cfg, methods={name: {} for name in cfg.methods},
+                                  evaluation=dataclasses.replace(cfg.evaluation, samples_by_method={}))
+    return json.dumps(configuration.to_dict(cfg), sort_keys=True)
 
 
 # On a cluster (profiles/slurm) these run where Snakemake runs, not as cluster jobs: each takes
@@ -69,7 +76,7 @@ rule model:
     output:
         "results/model/manifest.json",
     params:
-        config=lambda wc: job_config(),
+        config=lambda wc: job_config(shared=True),
     log:
         "results/logs/model.log",
     benchmark:
@@ -82,7 +89,7 @@ rule data:
     output:
         "results/data/{task}/manifest.json",
     params:
-        config=lambda wc: job_config(task=wc.task),
+        config=lambda wc: job_config(task=wc.task, shared=True),
     log:
         "results/logs/data/{task}.log",
     benchmark:
@@ -96,7 +103,7 @@ rule tracking:
     output:
         "results/tracking.json",
     params:
-        config=lambda wc: job_config(),
+        config=lambda wc: job_config(shared=True),
     log:
         "results/logs/tracking.log",
     benchmark:
@@ -111,7 +118,7 @@ rule probe:
     output:
         str(machine.DECIDED),
     params:
-        config=lambda wc: job_config(),
+        config=lambda wc: job_config(shared=True),
     threads: 1
     resources:
         gpu=CONFIG.resources.gpus,

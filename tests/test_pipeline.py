@@ -149,6 +149,15 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
 
     rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
+    # One method's settings changed: its jobs rerun, and the base model's, the model, data, probe
+    # and tracking jobs do not (they read no method's settings).
+    cfg["methods"]["mezo"] = {**cfg["methods"]["mezo"], "steps": cfg["methods"]["mezo"]["steps"] + 1}
+    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(cfg))
+    planned = snakemake(tmp_path, "--configfile", str(tmp_path / "changed.yaml"), "-n", "--quiet", "rules")
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", planned.stdout, re.MULTILINE))
+    assert counts == {"train": "3", "evaluate": "3", "collect": "1", "report": "1", "all": "1", "total": "9"}, \
+        planned.stdout
     assert_unchanged("dag_base_mezo", results, tiny_model_dir)
 
 
