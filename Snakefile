@@ -113,7 +113,8 @@ rule tracking:
 
 
 # `dtype: auto` and `sampler: auto` chosen once, by measuring the machine (core/machine.py): every
-# job reads the same choices, and reruns when they change; the report states them and why.
+# job reads the same choices, and reruns when they change; the report states them and why. On a
+# cluster it runs where the jobs run, holding a GPU where they hold one (`resources.gpus`).
 rule probe:
     output:
         str(machine.DECIDED),
@@ -121,7 +122,7 @@ rule probe:
         config=lambda wc: job_config(shared=True),
     threads: 1
     resources:
-        gpu=CONFIG.resources.gpus,
+        gpu=min(CONFIG.resources.gpus, 1),
     log:
         "results/logs/probe.log",
     benchmark:

@@ -265,14 +265,21 @@ def decide(cfg: Config, fresh: bool = False) -> dict[str, Choice]:
     return choices
 
 
-def resolve(cfg: Config) -> tuple[Config, dict[str, Choice]]:
-    """The config with `dtype` and `sampler` chosen, and each choice with its reason: as kept in
-    `DECIDED` for these settings, else chosen now (and kept, where something was left to 'auto')."""
+def recorded(cfg: Config) -> dict[str, Choice]:
+    """The choices kept for these settings in `DECIDED`, measuring nothing: a setting the config
+    gives is its own, and an 'auto' that no probe chose here says so."""
     kept = read_json(DECIDED) if DECIDED.exists() else None
     if kept and kept["asked"] == _asked(cfg):
-        choices = {name: Choice(**choice) for name, choice in kept["choices"].items()}
-    elif "auto" in (cfg.dtype, cfg.sampler):
+        return {name: Choice(**choice) for name, choice in kept["choices"].items()}
+    return {name: Choice(value, value, "set in the config") if value != "auto" else
+            Choice("auto", "auto", "not chosen: no probe ran for these settings in this results folder")
+            for name, value in (("dtype", cfg.dtype), ("sampler", cfg.sampler))}
+
+
+def resolve(cfg: Config) -> tuple[Config, dict[str, Choice]]:
+    """The config with `dtype` and `sampler` chosen, and each choice with its reason: as kept in
+    `DECIDED` for these settings, else chosen now and kept."""
+    choices = recorded(cfg)
+    if any(choice.value == "auto" for choice in choices.values()):
         choices = decide(cfg)
-    else:
-        choices = choose(cfg)
     return replace(cfg, dtype=choices["dtype"].value, sampler=choices["sampler"].value), choices

@@ -96,9 +96,9 @@ def collect(cfg: Config, metrics_files: list[Path], model_manifest: Path, data_m
             choices: dict[str, machine.Choice] | None = None) -> dict:
     """Write `summary.json` (every result, per-problem scores, training histories, cross-checks
     and the run's scale, with its disk use, and how `dtype` and `sampler` were chosen: `choices`,
-    by default as `cfg` sets them) and a flat `summary.csv`. Files that do not exist are gaps,
-    named in `missing`."""
-    choices = choices or machine.resolve(cfg)[1]
+    by default as kept for `cfg`, core.machine.recorded) and a flat `summary.csv`. Files that do
+    not exist are gaps, named in `missing`."""
+    choices = choices or machine.recorded(cfg)
     existing = [Path(path) for path in metrics_files if Path(path).exists()]
     results = [read_json(path) for path in existing]
     checks = [read_json(path) for path in crosschecks if Path(path).exists()]

@@ -755,6 +755,8 @@ def _chosen(header: dict, setting: str, before: str) -> str:
     value = ENGINES.get(choice["value"], choice["value"]) if setting == "sampler" else choice["value"]
     if choice["setting"] != "auto":
         return f"{value}, set in the config"
+    if choice["value"] == "auto":
+        return f"left to `{setting}: auto`, and {choice['reason']}"
     return f"{value}, chosen by `{setting}: auto`: {choice['reason']}"
 
 

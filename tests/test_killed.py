@@ -29,12 +29,14 @@ def killed_when(workdir: Path, condition, timeout_s: float = 600) -> bool:
     README tells a user to."""
     unlocked = snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--unlock")
     assert unlocked.returncode == 0, unlocked.stderr[-2000:]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-         "--workflow-profile", str(REPO / "profiles" / "default"), "--configfile", str(workdir / "config.yaml"),
-         "--cores", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    log = workdir / "snakemake.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+             "--workflow-profile", str(REPO / "profiles" / "default"), "--configfile", str(workdir / "config.yaml"),
+             "--cores", "2"],
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     try:
         while process.poll() is None and time.monotonic() < deadline:
@@ -43,6 +45,8 @@ def killed_when(workdir: Path, condition, timeout_s: float = 600) -> bool:
                 process.wait()
                 return True
             time.sleep(0.02)
+        ended = "timed out" if process.poll() is None else f"ended first, exit status {process.returncode}"
+        print(f"the DAG {ended} before the condition held; its output:\n{log.read_text()[-6000:]}")
         return False
     finally:
         if process.poll() is None:

@@ -139,3 +139,15 @@ def test_the_report_states_each_choice_and_why():
     facts = dict(_facts(header, []))
     assert facts["Weights"] == "float32, chosen by `dtype: auto`: bf16 ran 0.6x as fast"
     assert facts["Sampler"] == "nograd's torch sampler (core/sampler.py), set in the config"
+
+
+def test_a_summary_of_settings_no_probe_chose_says_so_and_measures_nothing(here, monkeypatch):
+    calls = stand_in(monkeypatch, "precision", precision(1.0, 2.0))
+    choices = machine.recorded(here)
+    assert choices["dtype"] == machine.Choice("auto", "auto", "not chosen: no probe ran for these settings in this "
+                                                             "results folder") and calls == []
+    facts = dict(_facts({"choices": {name: dataclasses.asdict(c) for name, c in choices.items()}}, []))
+    assert facts["Weights"] == "left to `dtype: auto`, and not chosen: no probe ran for these settings in this " \
+                               "results folder"
+    machine.decide(here)
+    assert machine.recorded(here)["dtype"].value == "float32", "what the probe job chose"

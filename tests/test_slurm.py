@@ -176,9 +176,10 @@ def test_the_tiny_dag_through_slurm_gives_the_local_runs_results(slurm, tmp_path
     jobs = slurm_jobs(slurm.env)
     gpus = {"base": "N/A", "mezo": "gres:gpu:2"}
     assert {name: job["tres-per-job"] for name, job in jobs.items()} == {
-        f"rule_{rule}_wildcards_{method}_{task}_0": gpus[method]
-        for rule in ("train", "evaluate") for method in gpus for task in TASKS
-    }, "every train and evaluate job, and only those, ran as a SLURM job with its GPUs"
+        "rule_probe": "gres:gpu:1",  # it measures a node like the jobs': one of the default `resources.gpus`
+        **{f"rule_{rule}_wildcards_{method}_{task}_0": gpus[method]
+           for rule in ("train", "evaluate") for method in gpus for task in TASKS},
+    }, "the probe and every train and evaluate job, and only those, ran as a SLURM job with its GPUs"
     for name, job in jobs.items():
         assert (job["State"], job["Account"], job["Partition"]) == ("COMPLETED", ACCOUNT, slurm.partition), name
         rule, wildcards = name.removeprefix("rule_").split("_wildcards_")
