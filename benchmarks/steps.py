@@ -1,0 +1,77 @@
+"""Where a gradient-free training step's time goes: each method's real training job (jobs/train.py)
+at the embedded default's settings (config/config.yaml), one after another in one process on one
+thread, as the DAG runs each job, timed by the job's own meters.
+
+A step's forward passes (loss forwards, rollouts) are inference; the rest is the method's own
+work: drawing noise and moving the weights, grading rollouts, fitness shaping. Training
+throughput is the tokens the job processed per second of its training; inference throughput the
+same tokens per second of its forward passes alone (the meters' generate, forward and held-out
+phases), measured in the same run, on the same model, shapes and engine. Their ratio is the share
+of training time the forward passes take: 1.0 would be a method at inference speed (EGGROLL
+reports 0.91 for its evolution strategies).
+
+    python -m benchmarks.steps [--task gsm8k] [--methods mezo sazo ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import embedded_model, write_table
+from core import config as configuration
+from core import machine
+from core.config import REPO
+from core.outputs import read_json, write_json
+from jobs import data, tracking
+from jobs.train import train
+from jobs.validation import load
+
+METHODS = ("mezo", "sazo", "essam", "essam_f", "randopt", "corp")
+"""The gradient-free methods whose steps are inference (issue 27): full-weight perturbations."""
+INFERENCE = ("generate", "forward", "heldout")
+"""The meters' phases in which the model computes forward passes and nothing else."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="gsm8k")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    args = parser.parse_args()
+    torch.set_num_threads(machine.JOB_THREADS)
+
+    embedded_model()  # the model converted once into results/model, as the DAG's model job does
+    cfg = machine.resolve(load(REPO / "config" / "config.yaml"))[0]
+    manifest = Path("results/model/manifest.json")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data_dir = root / "data"
+        data.prepare(configuration.for_run(cfg, task=args.task), args.task, data_dir)
+        tracking_file = root / "tracking.json"
+        cfg = dataclasses.replace(cfg, tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+        write_json(tracking_file, tracking.init(cfg))
+        for method in args.methods:
+            job = configuration.for_run(cfg, method, args.task, 0)
+            out = root / "train" / method / "artifact.json"
+            train(job, method, args.task, 0, manifest, data_dir, tracking_file, out)
+            meters = read_json(out.parent / "metrics.json")["meters"]
+            wall = meters["wall_clock_s"]
+            inference = sum(meters.get(f"time_{phase}_s", 0.0) for phase in INFERENCE)
+            tokens = meters.get("tokens_processed", 0) + meters.get("heldout_tokens_processed", 0)
+            rows.append([method, f"{wall:.1f}", f"{inference:.1f}", f"{meters.get('time_score_s', 0.0):.1f}",
+                         f"{meters.get('time_update_s', 0.0):.1f}", f"{tokens:,}", f"{tokens / wall:.1f}",
+                         f"{tokens / inference:.1f}" if inference else "—",
+                         f"{inference / wall:.2f}" if wall else "—"])
+    write_table("steps", f"Training steps: each method's training job at config/config.yaml's settings on {args.task}, "
+                f"{cfg.dtype} weights, one thread, the job's own meters",
+                ["method", "training s", "forward passes s", "grading s", "the rest s", "tokens processed",
+                 "training tokens/s", "inference tokens/s", "training / inference"], rows)
+
+
+if __name__ == "__main__":
+    main()
