@@ -4,9 +4,9 @@ Each choice is a `Choice` (the setting, what runs, and why). Where a measurement
 a short probe whose figures are kept per machine in `results/machine/<probe>-<machine key>.json`
 (the key hashes the CPU's model and instruction-set flags, its cores, any CUDA device and the
 torch version), so it runs the first time a config asks and again on demand (`nograd probe`).
-The Snakefile resolves the choices once, before any job, and keeps them in the results folder
-(`DECIDED`), so every job gets the same values wherever it is parsed and every method runs under
-the same conditions; the report states each choice and its reason.
+The DAG's `probe` job chooses once, before any training, and keeps the choices in the results
+folder (`DECIDED`), which every job reads wherever it runs, so every method runs under the same
+conditions; the report states each choice and its reason.
 
 - precision: on a CUDA device, bf16 where it supports it (no probe); on a CPU, whichever of bf16
   and fp32 runs the model's own matmuls faster, timed at a decoding shape (one row per sequence
