@@ -31,7 +31,7 @@ from benchmarks import sampling_arguments
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from core import models
 from core.config import REPO
-from core.machine import linear_shapes, matmul_seconds
+from core.machine import attention_heads, linear_shapes, matmul_seconds
 from core.outputs import write_json
 from core.sampler import SamplingParams, new_cache, sample, stop_ids
 from jobs.plan import SAMPLER_BENCHMARK
@@ -52,9 +52,7 @@ def ceiling(config, dtype: torch.dtype, rows: int, context: float) -> dict:
     """The roofline of decoding `rows` sequences at a time at a mean `context` on this machine (module docstring)."""
     shapes = linear_shapes(config)
     element = torch.finfo(dtype).bits // 8
-    layers, heads = config.num_hidden_layers, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    layers, (heads, kv_heads, head_dim) = config.num_hidden_layers, attention_heads(config)
     weights = sum(inputs * outputs * count for (inputs, outputs), count in shapes.items())
     flops = 2 * weights + 4 * layers * heads * head_dim * context  # matmuls; QK and AV over the context
     name = str(dtype).removeprefix("torch.")

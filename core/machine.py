@@ -105,13 +105,19 @@ def probe(name: str, inputs: dict, measure: Callable[[], dict], fresh: bool = Fa
     return figures, path
 
 
+def attention_heads(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head dimension) of a decoder's transformers config."""
+    heads = config.num_attention_heads
+    return (heads, getattr(config, "num_key_value_heads", None) or heads,
+            getattr(config, "head_dim", None) or config.hidden_size // heads)
+
+
 def linear_shapes(config) -> dict[tuple[int, int], int]:
     """The model's linear layers as {(in, out): how many}, from its transformers config: a
     decoder's attention and MLP projections per layer, and the LM head."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
-    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
-    query = config.num_attention_heads * head_dim
-    kv = (getattr(config, "num_key_value_heads", None) or config.num_attention_heads) * head_dim
+    heads, kv_heads, head_dim = attention_heads(config)
+    query, kv = heads * head_dim, kv_heads * head_dim
     shapes: dict[tuple[int, int], int] = {}
     for shape in ((hidden, query), (hidden, kv), (hidden, kv), (query, hidden), (hidden, config.intermediate_size),
                   (hidden, config.intermediate_size), (config.intermediate_size, hidden)):
@@ -172,8 +178,7 @@ def choose_dtype(cfg: Config, fresh: bool = False) -> Choice:
         return Choice("auto", "float32", f"no precision probe for device {device.type!r}")
     rows = cfg.evaluation.batch_size
     figures, path = probe("dtype", {"model": cfg.model, "rows": rows}, lambda: _precision(cfg.model, rows), fresh)
-    speeds = [figures["seconds"][f"float32@{rows}"] / figures["seconds"][f"bfloat16@{rows}"]
-              for rows in figures["rows"]]
+    speeds = [figures["seconds"][f"float32@{n}"] / figures["seconds"][f"bfloat16@{n}"] for n in figures["rows"]]
     value = "bfloat16" if statistics.geometric_mean(speeds) >= 1 else "float32"
     decoding, training = speeds
     return Choice("auto", value,
