@@ -107,9 +107,9 @@ def replay(weights: perturb.Weights, members: list, noise: str) -> None:
     `perturbed` block within two roundings, not bit for bit (a weight with an fp32 master does), so
     one process scoring a population leaves its centre moved by them: where that is so, the driver
     and every worker move theirs through every member in order, scoring only their own share."""
-    for terms in members:
-        with perturb.perturbed(weights, terms, noise):
-            pass
+    with perturb.moves(weights):
+        for terms in members:
+            weights.move(terms, noise)
 
 
 def totals(history: list[dict], workers: int) -> dict[str, float]:

@@ -183,8 +183,9 @@ class TrainingRun:
                        noise: NoiseMode, seeds: list[int]) -> np.ndarray:
         """`score_population` here, each member rolled out with its sampling seed: what a worker runs too."""
         rewards = []
-        for terms, seed in zip(members, seeds):
-            with perturb.perturbed(perturb.trainable(self.model), terms, noise):
+        with perturb.moves(perturb.trainable(self.model)) as weights:
+            for terms, seed in zip(members, seeds):
+                weights.move(terms, noise)  # leaving the last member as it enters this one
                 rewards.append(self._rollout(problems, 1, 0.0, 1.0, score, seed)[1][:, 0])
         return np.array(rewards).reshape(len(members), len(problems))
 

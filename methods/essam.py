@@ -53,7 +53,7 @@ import torch
 from core import fitness
 from core.config import Positive, Range
 from core.contract import Artifact, QueryCounts, Run
-from core.perturb import NoiseMode, combination_norm, combine_, perturbed, population, trainable
+from core.perturb import NoiseMode, combination_norm, combine_, moves, population, trainable
 from methods import register
 
 Members = list[tuple[int, float]]
@@ -115,8 +115,9 @@ def in_place(params: Sequence[torch.Tensor], reward: Callable[[], float], noise:
 
     def score(members: list[list[tuple[int, float]]]) -> np.ndarray:
         rewards = []
-        for member in members:
-            with perturbed(params, member, noise):
+        with moves(params) as weights:
+            for member in members:
+                weights.move(member, noise)  # leaving the last member as it enters this one
                 rewards.append(float(reward()))
         return np.asarray(rewards)
 

@@ -33,7 +33,7 @@ import torch
 from core.config import Positive, Range
 from core.contract import Artifact, QueryCounts, Run
 from core.errors import NogradError
-from core.perturb import NoiseMode, in_fp32, perturb_, perturbed, trainable
+from core.perturb import NoiseMode, moves, trainable
 from methods import register
 
 if TYPE_CHECKING:
@@ -68,38 +68,38 @@ class MeZOConfig:
     examples); at most a third of the training split."""
 
 
+def finite_mean(grads: torch.Tensor) -> torch.Tensor:
+    """The mean over the examples whose projected gradient is finite: every example, unless the
+    harness skipped a non-finite loss (`training.on_nonfinite`)."""
+    return grads[torch.isfinite(grads)].mean()
+
+
 def zo_step(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor], seed: int, eps: float,
-            noise: NoiseMode = "iid") -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-point SPSA: returns (per-example projected gradients, per-example mean loss).
+            noise: NoiseMode = "iid", lr: float = 0.0, weight_decay: float = 0.0,
+            project: Callable[[torch.Tensor], torch.Tensor] = finite_mean) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """One step: two-point SPSA along z, then theta <- theta - lr (g z + wd theta) (`zo_step` and
+    `zo_update` of MeZO's code). Returns (per-example projected gradients, per-example mean loss, g).
 
     `objective` returns a loss per example; the directional derivative of each example along z
-    is (l+_j - l-_j) / (2 eps), NaN where either loss was (a loss the harness skipped). The
-    parameters are restored before returning (`perturbed`: bit for bit below fp32, where the moves
-    go to the harness's fp32 master copy).
+    is (l+_j - l-_j) / (2 eps), NaN where either loss was (a loss the harness skipped), and
+    g = project(gradients). A g that is not finite (every loss skipped) makes no update, nor does
+    lr 0; decay spares biases and norm weights. Leaving theta - eps z and the update are one pass
+    over the tensors (`Weights.move`), which draws each tensor's z once for the step's three moves
+    after the first; below fp32 the moves go to the harness's fp32 master copy.
     """
-    with perturbed(params, [(seed, eps)], noise):
+    with moves(params) as weights:
+        weights.move([(seed, eps)], noise)
         plus = objective()
-    with perturbed(params, [(seed, -eps)], noise):
+        weights.move([(seed, -eps)], noise)
         minus = objective()
-    return (plus - minus) / (2 * eps), (plus + minus) / 2
-
-
-@torch.no_grad()
-def zo_update(params: Sequence[torch.Tensor], seed: int, projected_grad: float, lr: float, weight_decay: float,
-              noise: NoiseMode = "iid") -> None:
-    """theta <- theta - lr (g z + wd theta), z regenerated from the step seed. A projected gradient
-    that is not finite (every example's loss skipped as non-finite, `training.on_nonfinite`) makes
-    no update."""
-    if not math.isfinite(projected_grad):
-        return
-    if weight_decay:
-        if getattr(params, "mirrors", None):
-            raise NogradError("weight_decay > 0 cannot run with sampler: 'vllm': the engine follows moves made from "
-                              "seeds, and decay is not one; set weight_decay: 0 or sampler: 'torch'")
-        for _, param in in_fp32(params):
-            if param.ndim >= 2:  # MeZO decays neither biases nor LayerNorm weights
-                param.mul_(1 - lr * weight_decay)
-    perturb_(params, seed, -lr * projected_grad, noise)
+        grads = (plus - minus) / (2 * eps)
+        g = project(grads).item()
+        if lr and math.isfinite(g):
+            if weight_decay and weights.mirrors:
+                raise NogradError("weight_decay > 0 cannot run with sampler: 'vllm': the engine follows moves made "
+                                  "from seeds, and decay is not one; set weight_decay: 0 or sampler: 'torch'")
+            weights.move(mode=noise, update=[(seed, -lr * g)], decay=lr * weight_decay)
+    return grads, (plus + minus) / 2, g
 
 
 def heldout_curve(config: MeZOConfig, run: Run) -> Callable[[], dict[str, float]]:
@@ -147,9 +147,7 @@ def train(config: MeZOConfig, run: Run) -> Artifact:
     for _ in run.steps(config.steps, heldout, config.eval_every):
         batch = run.batch(config.batch_size)
         seed = int(run.rng.integers(2**31))
-        grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
-        kept = torch.isfinite(grads)  # every example, unless the harness skipped a non-finite loss
-        projected = grads[kept].mean().item()
-        zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)
-        run.log(loss=loss[kept].mean().item(), projected_grad=projected)
+        grads, loss, projected = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps,
+                                         config.noise, config.lr, config.weight_decay)
+        run.log(loss=loss[torch.isfinite(grads)].mean().item(), projected_grad=projected)
     return run.save_model()

@@ -64,7 +64,7 @@ from core.config import Positive, Range
 from core.contract import Artifact, Run
 from core.perturb import trainable
 from methods import register
-from methods.mezo import MeZOConfig, batch_objective, heldout_curve, queries, zo_step, zo_update
+from methods.mezo import MeZOConfig, batch_objective, finite_mean, heldout_curve, queries, zo_step
 
 
 @dataclass
@@ -159,11 +159,15 @@ def train(config: SAZOConfig, run: Run) -> Artifact:
             picks = systematic_sample(run.rng, size * ratios / n)
             batch = [run.train[j] for j in picks]
         seed = int(run.rng.integers(2**31))
-        grads, loss = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps, config.noise)
-        weights = torch.as_tensor(1 / ratios[picks], dtype=grads.dtype, device=grads.device)
+        importance = 1 / ratios[picks]
+
+        def weighted(values: torch.Tensor) -> torch.Tensor:  # finite where the values are: the weights are
+            return torch.as_tensor(importance, dtype=values.dtype, device=values.device) * values
+
+        grads, loss, projected = zo_step(params, batch_objective(run, batch, config.objective), seed, config.eps,
+                                         config.noise, config.lr, config.weight_decay,
+                                         lambda grads: finite_mean(weighted(grads)))
         kept = torch.isfinite(grads)  # every example, unless the harness skipped a non-finite loss
-        projected = (weights * grads)[kept].mean().item()
-        zo_update(params, seed, projected, config.lr, config.weight_decay, config.noise)
         d = grads[kept].detach().double().cpu().numpy()
         picks = picks[kept.cpu().numpy()]
         if step < warmup:
@@ -173,7 +177,7 @@ def train(config: SAZOConfig, run: Run) -> Artifact:
             ema_(scores, picks, d, config.rho)
         visited[picks] = True
         p = ratios / n
-        run.log(loss=(weights * loss)[kept].mean().item(), projected_grad=projected,
+        run.log(loss=weighted(loss)[kept].mean().item(), projected_grad=projected,
                 sampling_entropy=float(-(p * np.log(p)).sum()), max_importance_weight=float(1 / ratios.min()),
                 share_visited=float(visited.mean()))
     return run.save_model()

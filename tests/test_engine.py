@@ -12,8 +12,8 @@ import torch
 from conftest import killed_at_step
 from core import fitness, models
 from core.outputs import read_json
-from core.perturb import combine_, noise, perturb_, perturbed, population, trainable
-from methods.mezo import zo_step, zo_update
+from core.perturb import combine_, in_fp32, moves, noise, perturb_, perturbed, population, trainable
+from methods.mezo import zo_step
 
 
 def test_fitness_shaping_by_hand():
@@ -55,6 +55,64 @@ def test_restore_error_of_in_place_perturbation_is_bounded(tiny_model_dir):
     assert worst < 50 * torch.finfo(torch.float32).eps, f"relative restore error {worst:.2e}"
 
 
+def separate_mezo_step(weights, objective, seed, eps, lr, decay):
+    """A MeZO step as five passes over the weights (each perturbation in and out, then the decay
+    and the update): what `zo_step`'s fused moves must equal bit for bit."""
+    with perturbed(weights, [(seed, eps)]):
+        plus = objective()
+    with perturbed(weights, [(seed, -eps)]):
+        minus = objective()
+    g = ((plus - minus) / (2 * eps)).mean().item()
+    with torch.no_grad():
+        for _, tensor in in_fp32(weights):
+            if tensor.ndim >= 2:
+                tensor.mul_(1 - decay)
+    perturb_(weights, seed, -lr * g)
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_moves_give_the_separate_moves_bits_with_fewer_draws(tiny_model_dir, monkeypatch, dtype):
+    """`zo_step` leaves one point and enters the next, and leaves the second with the update, in
+    one pass each, drawing each tensor's z 3 times a step instead of 5 (below fp32 3 either way: a
+    master's exit is a copy, which the fused pass skips); a population walked member to member (`moves`) ends where
+    member-by-member `perturbed` blocks end. Both bit for bit, on the tiny model, MeZO's weight
+    decay and the fp32 restore's roundings included."""
+    import core.perturb as perturb_module
+
+    ids = torch.tensor([[5, 17, 40, 99, 3, 250], [8, 8, 120, 7, 64, 2]])
+
+    def objective(model):
+        def losses():
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[:, :-1].float()
+            return torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(1)
+        return losses
+
+    draws = []
+    real_noise = perturb_module.noise
+    monkeypatch.setattr(perturb_module, "noise", lambda *args: draws.append(args[1]) or real_noise(*args))
+    (fused, _), (separate, _) = models.load(tiny_model_dir, dtype), models.load(tiny_model_dir, dtype)
+    fused_weights, separate_weights = trainable(fused), trainable(separate)
+    for seed in (3, 4):
+        draws.clear()
+        _, _, g = zo_step(fused_weights, objective(fused), seed, eps=1e-3, lr=1e-2, weight_decay=0.5)
+        assert len(draws) == 3 * len(fused_weights)
+        draws.clear()
+        assert separate_mezo_step(separate_weights, objective(separate), seed, 1e-3, 1e-2, 0.5 * 1e-2) == g
+        assert len(draws) == (5 if dtype == "float32" else 3) * len(separate_weights)
+    members = [[(7, 1e-2)], [(8, -1e-2), (9, 3e-3)], [(10, 1e-2)]]
+    with moves(fused_weights):
+        for terms in members:
+            fused_weights.move(terms)
+    for terms in members:
+        with perturbed(separate_weights, terms):
+            pass
+    for name, tensors in (("master", zip(fused_weights, separate_weights)),
+                          ("model", zip(fused.parameters(), separate.parameters()))):
+        assert all(torch.equal(a, b) for a, b in tensors), f"the fused moves changed the {name}'s bits"
+
+
 # ---------------------------------------------------------------- below fp32: the fp32 master copy
 
 
@@ -79,10 +137,8 @@ def test_a_mezo_step_in_bf16_moves_the_fp32_master_by_lr_g_z(tiny_model_dir):
 
     lr, seed = 1e-6, 3
     with torch.no_grad():
-        grads, _ = zo_step(weights, losses, seed, eps=1e-3)
-    g = grads.mean().item()
+        _, _, g = zo_step(weights, losses, seed, eps=1e-3, lr=lr)
     assert g != 0.0
-    zo_update(weights, seed, g, lr, weight_decay=0.0)
     for index, (moved, before) in enumerate(zip(weights, start)):
         step = -lr * g * noise(before, seed, index)
         rounding = torch.finfo(torch.float32).eps * (before.abs() + step.abs())

@@ -8,7 +8,7 @@ import torch
 from core.outputs import read_json
 from core.perturb import combine_, noise, perturb_
 from jobs import train as training
-from methods.mezo import zo_step, zo_update
+from methods.mezo import zo_step
 
 
 def quadratic(dim=12, examples=5, seed=0):
@@ -53,7 +53,8 @@ def test_projected_gradient_is_the_directional_derivative():
     theta = flat().clone()
     z = torch.cat([noise(p, 11, i).double().reshape(-1) for i, p in enumerate(params)])
     expected = gradients() @ z  # exact for a quadratic: the central difference has no error term
-    grads, mean_loss = zo_step(params, losses, seed=11, eps=1e-3)
+    grads, mean_loss, g = zo_step(params, losses, seed=11, eps=1e-3)
+    assert g == grads.mean().item()
     assert torch.allclose(grads, expected, rtol=1e-6, atol=1e-9)
     assert torch.allclose(flat(), theta, atol=1e-12), "parameters not restored"
     # (l+ + l-) / 2 = l(theta) + O(eps^2): the loss MeZO logs is the loss at theta.
@@ -61,11 +62,13 @@ def test_projected_gradient_is_the_directional_derivative():
 
 
 def test_update_moves_along_minus_lr_g_z_with_decoupled_decay():
-    params, flat, *_ = quadratic()
+    params, flat, losses, gradients = quadratic()
     theta = flat().clone()
     z = torch.cat([noise(p, 5, i).double().reshape(-1) for i, p in enumerate(params)])
-    lr, g, wd = 0.1, 0.7, 0.01
-    zo_update(params, seed=5, projected_grad=g, lr=lr, weight_decay=wd)
+    directional = (gradients() @ z).mean().item()  # g, exact for a quadratic
+    lr, wd = 0.1, 0.01
+    _, _, g = zo_step(params, losses, seed=5, eps=1e-3, lr=lr, weight_decay=wd)
+    assert g == pytest.approx(directional, rel=1e-6)
     decayed = torch.cat([torch.full((8,), 1.0), torch.zeros(4)]).double()  # the vector (ndim 1) is not decayed
     expected = theta - lr * (g * z + wd * decayed * theta)
     assert torch.allclose(flat(), expected, atol=1e-12)
@@ -77,7 +80,7 @@ def test_estimate_points_along_the_true_gradient():
     true = gradients().mean(0)
     total = torch.zeros_like(true)
     for seed in range(4000):
-        grads, _ = zo_step(params, losses, seed=seed, eps=1e-3)
+        grads, _, _ = zo_step(params, losses, seed=seed, eps=1e-3)
         z = torch.cat([noise(p, seed, i).double().reshape(-1) for i, p in enumerate(params)])
         total += grads.mean() * z
     cosine = torch.nn.functional.cosine_similarity(total / 4000, true, dim=0)
@@ -88,8 +91,7 @@ def test_mezo_descends_on_the_quadratic():
     params, _, losses, _ = quadratic()
     start = losses().mean().item()
     for seed in range(300):
-        grads, _ = zo_step(params, losses, seed=seed, eps=1e-3)
-        zo_update(params, seed, grads.mean().item(), lr=0.02, weight_decay=0.0)
+        zo_step(params, losses, seed=seed, eps=1e-3, lr=0.02)
     assert losses().mean().item() < 0.5 * start
 
 
