@@ -1,7 +1,10 @@
 """Seeded Gaussian perturbations applied in place: the "seed trick" of MeZO and the ES methods.
 
 Only (seed, scale) is ever stored; the noise is regenerated tensor by tensor when needed, so a
-perturbation costs one tensor-sized buffer, not a copy of the model.
+perturbation costs one tensor-sized buffer, not a copy of the model. A sequence of temporary moves
+(a population scored member by member, MeZO's two points and its update) goes through `moves`:
+each move leaves the last one in the same pass over the tensors (`Weights.move`), drawing a seed
+shared by both once.
 
 Noise modes:
 - "iid" (default): tensor i draws from a generator seeded by (seed, i), so tensors get

@@ -55,6 +55,16 @@ def test_restore_error_of_in_place_perturbation_is_bounded(tiny_model_dir):
     assert worst < 50 * torch.finfo(torch.float32).eps, f"relative restore error {worst:.2e}"
 
 
+def test_noise_drawn_into_a_scratch_buffer_is_the_noise_drawn_fresh():
+    """A pass draws into views of two buffers (`Scratch`) instead of fresh tensors: the same numbers,
+    at sizes below and above the 16 that torch's vectorised normal fill works in, at any offset."""
+    buffer = torch.empty(100_003)
+    for size in (1, 5, 16, 17, 31, 4_099, 100_000):
+        for offset in (0, 3):
+            like = torch.zeros(size)
+            assert torch.equal(noise(like, 9, 2), noise(like, 9, 2, out=buffer[offset : offset + size])), size
+
+
 def separate_mezo_step(weights, objective, seed, eps, lr, decay):
     """A MeZO step as five passes over the weights (each perturbation in and out, then the decay
     and the update): what `zo_step`'s fused moves must equal bit for bit."""
