@@ -187,11 +187,8 @@ class Weights(list):
         for index, (tensor, target) in enumerate(zip(self, self.model_weights)):
             drawn = {(seed, how): noise(tensor, seed, index, how, scratch.noise(tensor))
                      for seed, how in uses} if one_seed else {}
-            if left and index not in skipped:
-                if tensor is target:
-                    tensor.sub_(combination(tensor, index, left, left_mode, drawn, scratch).to(tensor.dtype))
-                elif not (update or terms):
-                    target.copy_(tensor)
+            if left and index not in skipped and tensor is target:  # a master's weight is set at the end
+                tensor.sub_(combination(tensor, index, left, left_mode, drawn, scratch).to(tensor.dtype))
             if decay and tensor.ndim >= 2:
                 tensor.mul_(1 - decay)
             for seed, coef in update:
