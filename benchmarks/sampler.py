@@ -32,11 +32,53 @@ from benchmarks import sampling_arguments
 from benchmarks.common import embedded_model, gsm8k_prompts, machine, median_seconds, write_table
 from core import models
 from core.config import REPO
-from core.machine import attention_heads, linear_shapes, matmul_seconds
 from core.outputs import write_json
 from core.sampler import SamplingParams, new_cache, sample, stop_ids
 from jobs.plan import SAMPLER_BENCHMARK
 from jobs.validation import load
+
+
+def attention_heads(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head dimension) of a decoder's transformers config."""
+    heads = config.num_attention_heads
+    return (heads, getattr(config, "num_key_value_heads", None) or heads,
+            getattr(config, "head_dim", None) or config.hidden_size // heads)
+
+
+def linear_shapes(config) -> dict[tuple[int, int], int]:
+    """The model's linear layers as {(in, out): how many}, from its transformers config: a
+    decoder's attention and MLP projections per layer, and the LM head."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv_heads, head_dim = attention_heads(config)
+    query, kv = heads * head_dim, kv_heads * head_dim
+    shapes: dict[tuple[int, int], int] = {}
+    for shape in ((hidden, query), (hidden, kv), (hidden, kv), (query, hidden), (hidden, config.intermediate_size),
+                  (hidden, config.intermediate_size), (config.intermediate_size, hidden)):
+        shapes[shape] = shapes.get(shape, 0) + layers
+    shapes[(hidden, config.vocab_size)] = shapes.get((hidden, config.vocab_size), 0) + 1
+    return shapes
+
+
+def matmul_seconds(shapes: dict[tuple[int, int], int], rows: int, dtypes: list[str], repeats: int = 5,
+                   device: str = "cpu") -> dict[str, float]:
+    """Seconds the model's linear layers (`linear_shapes`) take at `rows` rows in each of `dtypes`:
+    each distinct shape timed `repeats` times after a warm-up, the dtypes in turn so that whatever
+    else the machine does weighs on each alike, the fastest time kept, times how many there are."""
+    total = dict.fromkeys(dtypes, 0.0)
+    for (inputs, outputs), count in shapes.items():
+        operands = {dtype: (torch.randn(rows, inputs, device=device).to(getattr(torch, dtype)),
+                            torch.randn(outputs, inputs, device=device).to(getattr(torch, dtype)))
+                    for dtype in dtypes}
+        fastest = dict.fromkeys(dtypes, float("inf"))
+        for repeat in range(repeats + 1):
+            for dtype, (x, weight) in operands.items():
+                start = time.perf_counter()
+                torch.nn.functional.linear(x, weight)
+                if repeat:  # the first round warms up
+                    fastest[dtype] = min(fastest[dtype], time.perf_counter() - start)
+        for dtype in dtypes:
+            total[dtype] += count * fastest[dtype]
+    return total
 
 
 def fastest(run, repeats: int = 3) -> float:

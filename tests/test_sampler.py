@@ -123,3 +123,13 @@ def test_sampled_token_frequencies_match_generate(tiny):
         seen = (a + b) >= 10
         assert seen.sum() > 20
         assert stats.chi2_contingency(np.stack([a[seen], b[seen]])).pvalue > 1e-3, f"position {position}"
+
+
+def test_the_sampler_benchmarks_ceiling_counts_the_model_s_own_linear_layers():
+    from transformers import LlamaConfig
+
+    from benchmarks.sampler import linear_shapes
+
+    shapes = linear_shapes(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    assert shapes == {(64, 64): 6, (64, 32): 6, (64, 128): 6, (128, 64): 3, (64, 100): 1}
