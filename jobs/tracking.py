@@ -38,24 +38,45 @@ MODEL_TRAINING = {"mlflow.experimentKind": "custom_model_development"}
 
 def init(cfg: Config) -> dict:
     """Create the tracking store and the experiment (marked as model training, with a description);
-    return their coordinates."""
+    return their coordinates. A new SQLite store is built beside its place and moved there whole:
+    MLflow creates its tables, then migrates them for seconds, and a store killed in between would
+    be refused by every later job ("out-of-date database schema"), the rerun included."""
     if cfg.tracking_uri.startswith(("http://", "https://")):
         _answers(cfg.tracking_uri)
-    mlflow.set_tracking_uri(cfg.tracking_uri)
+    if not cfg.tracking_uri.startswith("sqlite:"):
+        return _experiment(cfg.tracking_uri, cfg.name)
+    from sqlalchemy.engine import make_url
+
+    database = Path(make_url(cfg.tracking_uri).database)
+    if database.exists():
+        coordinates = _experiment(cfg.tracking_uri, cfg.name)
+    else:
+        partial = database.with_name(f".{database.name}.partial")
+        partial.unlink(missing_ok=True)
+        coordinates = _experiment(f"sqlite:///{partial}", cfg.name)
+        os.replace(partial, database)
+    with sqlite3.connect(database, timeout=60) as db:
+        # WAL, which the file keeps: readers (the UI, `search_runs`) no longer block the writer,
+        # nor it them. Each MLflow session waits 20 s on a lock (its busy timeout).
+        db.execute("PRAGMA journal_mode=WAL")
+    return {**coordinates, "tracking_uri": cfg.tracking_uri}
+
+
+def _experiment(uri: str, name: str) -> dict:
+    """The coordinates of experiment `name` in the store at `uri`, created (with its tags) where it is not."""
+    mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient()
-    experiment = client.get_experiment_by_name(cfg.name)
+    experiment = client.get_experiment_by_name(name)
     experiment_id = (
         experiment.experiment_id
         if experiment
-        else client.create_experiment(cfg.name, artifact_location=ARTIFACT_ROOT.resolve().as_uri())
+        else client.create_experiment(name, artifact_location=ARTIFACT_ROOT.resolve().as_uri())
     )
-    note = (f"nograd experiment *{cfg.name}*: one training run per method, task and seed, each with its "
+    note = (f"nograd experiment *{name}*: one training run per method, task and seed, each with its "
             f"evaluation as a child run, and a summary run holding the report. Report: {_report_link()}")
     for key, value in {**MODEL_TRAINING, "mlflow.note.content": note}.items():
         client.set_experiment_tag(experiment_id, key, value)
-    if cfg.tracking_uri.startswith("sqlite:"):
-        _write_ahead_log(cfg.tracking_uri)
-    return {"tracking_uri": cfg.tracking_uri, "experiment_id": experiment_id, "experiment": cfg.name}
+    return {"tracking_uri": uri, "experiment_id": experiment_id, "experiment": name}
 
 
 def _answers(server: str) -> None:
@@ -68,15 +89,6 @@ def _answers(server: str) -> None:
     except OSError as error:
         raise NogradError(f"tracking_uri {server}: no MLflow server answers ({getattr(error, 'reason', error)}); "
                           "start one (`make mlflow-server`) or use a sqlite:/// or postgresql:// store") from None
-
-
-def _write_ahead_log(uri: str) -> None:
-    """Put a SQLite store in WAL mode, which the file keeps: readers (the UI, `search_runs`) no
-    longer block the writer, nor it them. Each MLflow session waits 20 s on a lock (its busy timeout)."""
-    from sqlalchemy.engine import make_url
-
-    with sqlite3.connect(make_url(uri).database, timeout=60) as db:
-        db.execute("PRAGMA journal_mode=WAL")
 
 
 def _report_link() -> str:

@@ -105,6 +105,43 @@ def test_eight_writers_on_sqlite_lose_nothing(tmp_path, monkeypatch):
     assert_nothing_lost(cfg.tracking_uri, cfg, 8)
 
 
+def _killed_while_mlflow_migrates(cfg: config.Config, operations: int) -> None:
+    """`tracking.init(cfg)`, SIGKILLed before its migrations' operation number `operations`."""
+    from alembic.operations import Operations
+
+    invoke, done = Operations.invoke, []
+
+    def counted(self, operation):
+        if len(done) == operations:
+            os.kill(os.getpid(), signal.SIGKILL)
+        done.append(operation)
+        return invoke(self, operation)
+
+    Operations.invoke = counted
+    tracking.init(cfg)
+
+
+@pytest.mark.parametrize("operations", [10, 40])
+def test_a_new_store_killed_while_mlflow_migrates_it_is_built_whole_by_the_rerun(tmp_path, operations):
+    """MLflow creates a new store's tables, then migrates them, statement by statement, for
+    seconds: the first seconds of a DAG, where a kill lands easily. Killed inside a migration, a
+    store in place was refused by the rerun ("index index_params_run_uuid already exists" at the
+    10th operation, "table evaluation_datasets already exists" at the 40th), and so by every job.
+    Built aside and moved into place whole, it is either there complete or not there."""
+    store = tmp_path / "results" / "mlflow.db"
+    store.parent.mkdir()
+    cfg = experiment(f"sqlite:///{store}")
+    killed = CONTEXT.Process(target=_killed_while_mlflow_migrates, args=(cfg, operations))
+    killed.start()
+    killed.join(timeout=120)
+    assert killed.exitcode == -signal.SIGKILL
+    assert not store.exists(), "a half-built store where the jobs look for it"
+    coordinates = in_child(tracking.init, cfg)
+    assert not any(store.parent.glob(".mlflow.db.partial*")), "the killed build was left behind"
+    concurrently(1, lambda i: coordinates, cfg, tmp_path)
+    assert_nothing_lost(cfg.tracking_uri, cfg, 1)
+
+
 @contextmanager
 def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
     """`command` (a nograd command that serves MLflow on `port`) running until the block ends; its first line."""
