@@ -18,6 +18,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -47,14 +48,19 @@ def init(cfg: Config) -> dict:
         return _experiment(cfg.tracking_uri, cfg.name)
     from sqlalchemy.engine import make_url
 
-    database = Path(make_url(cfg.tracking_uri).database)
+    database = Path(make_url(cfg.tracking_uri).database).resolve()
     if database.exists():
         coordinates = _experiment(cfg.tracking_uri, cfg.name)
     else:
-        partial = database.with_name(f".{database.name}.partial")
-        partial.unlink(missing_ok=True)
+        for stale in database.parent.glob(f".{database.name}.*.partial"):  # a killed build's
+            stale.unlink()
+        # A name of its own: MLflow keeps the store of each URI it opened, its connection
+        # included, for the process's life, and a name used twice would reach a moved file.
+        handle, partial = tempfile.mkstemp(suffix=".partial", prefix=f".{database.name}.", dir=database.parent)
+        os.close(handle)
         coordinates = _experiment(f"sqlite:///{partial}", cfg.name)
         os.replace(partial, database)
+        mlflow.set_tracking_uri(cfg.tracking_uri)
     with sqlite3.connect(database, timeout=60) as db:
         # WAL, which the file keeps: readers (the UI, `search_runs`) no longer block the writer,
         # nor it them. Each MLflow session waits 20 s on a lock (its busy timeout).
