@@ -41,7 +41,7 @@ run: $(STAMP)
 test:
 	$(MAKE) --no-print-directory --jobs=3 $(STAMP) $(VLLM_STAMP) engines
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=30
 
 # The CUDA paths (README, Tests), on a machine with a CUDA GPU; elsewhere each test skips and says why.
 test-gpu: $(STAMP)
