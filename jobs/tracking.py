@@ -52,6 +52,7 @@ def init(cfg: Config) -> dict:
     if database.exists():
         coordinates = _experiment(cfg.tracking_uri, cfg.name)
     else:
+        database.parent.mkdir(parents=True, exist_ok=True)
         for stale in database.parent.glob(f".{database.name}.*.partial"):  # a killed build's
             stale.unlink()
         # A name of its own: MLflow keeps the store of each URI it opened, its connection
