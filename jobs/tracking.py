@@ -40,8 +40,9 @@ MODEL_TRAINING = {"mlflow.experimentKind": "custom_model_development"}
 def init(cfg: Config) -> dict:
     """Create the tracking store and the experiment (marked as model training, with a description);
     return their coordinates. A new SQLite store is built beside its place and moved there whole:
-    MLflow creates its tables, then migrates them for seconds, and a store killed in between would
-    be refused by every later job ("out-of-date database schema"), the rerun included."""
+    MLflow creates its tables, then migrates them statement by statement for seconds, and a store
+    killed inside a migration was refused by the rerun and every later job (an index or a table
+    "already exists": tests/test_tracking.py)."""
     if cfg.tracking_uri.startswith(("http://", "https://")):
         _answers(cfg.tracking_uri)
     if not cfg.tracking_uri.startswith("sqlite:"):
