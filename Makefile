@@ -64,7 +64,7 @@ $(VLLM_STAMP): requirements-vllm.lock pyproject.toml
 	touch $(VLLM_STAMP)
 
 # Debian packages the tests drive for real: Chromium (the report and the MLflow UI in a headless
-# browser), slurm-wlm and munge (a single-node SLURM, tests/test_slurm.py) and postgresql (the
+# browser), slurm-wlm and munge (a single-node SLURM, tests/slurm_cluster.py) and postgresql (the
 # tracking server, tests/test_tracking.py). Only what is missing is installed, with apt-get where it
 # can be (as root, or with password-less sudo); where it cannot, the tests that need it skip and say why.
 engines:

@@ -2,22 +2,27 @@
 the config at parse time, and a whole run leaves a report, MLflow runs and non-zero meters, and
 the same results and report as the code before the last refactoring (tests/fingerprint.py)."""
 
+import copy
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
 
+import slurm_cluster
 from conftest import killed_at_step, tiny_config
 from core.outputs import disk_mb, read_json
 from evals.tasks import TASKS
 from fingerprint import assert_unchanged
 from methods import METHODS, in_order
 from methods.sft import SFTConfig
+from reports.files import outputs as report_outputs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,14 +86,35 @@ def test_unknown_method_stops_snakemake_at_parse_time_with_one_line(tmp_path, ti
     assert f"unknown key 'mezzo' in methods (valid: {valid})" in result.stderr + result.stdout
 
 
-def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
+@pytest.fixture(scope="module")
+def whole_dag(tmp_path_factory, tiny_model_dir) -> SimpleNamespace:
+    """The tiny experiment (base and MeZO on every task) run once for the tests below: through a
+    SLURM cluster started here (tests/slurm_cluster.py), as a cluster's user runs it, where one can
+    start; else with the local executor. Both must give the golden results. The run (`run`), its
+    folder (`dir`) and config (`cfg`); with SLURM, the cluster's jobs (`jobs`), else why not (`local`)."""
+    root = tmp_path_factory.mktemp("whole-dag")
     cfg = tiny_config(tiny_model_dir)
     cfg["evaluation"]["samples_by_method"] = {"base": 8}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    result = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    try:
+        with slurm_cluster.started(tmp_path_factory.mktemp("slurm")) as cluster:
+            # No job sees `resources`, so the results stay the local run's: base on the CPU, MeZO on 2 GPUs.
+            cfg["resources"] = {"gpus_by_method": {"base": 0, "mezo": 2}}
+            (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+            run = slurm_cluster.snakemake(cluster, root)
+            if run.returncode:  # the daemons' logs, then Snakemake's, whose end a failure shows
+                run.stderr = slurm_cluster.tails(cluster.logs) + "\n" + run.stderr
+            return SimpleNamespace(dir=root, cfg=cfg, run=run, jobs=slurm_cluster.slurm_jobs(cluster.env), local=None)
+    except slurm_cluster.Unavailable as why:
+        (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+        run = snakemake(root, "--configfile", str(root / "config.yaml"), "--cores", "2")
+        return SimpleNamespace(dir=root, cfg=cfg, run=run, jobs=None, local=f"SLURM cannot start here: {why}")
+
+
+def test_whole_dag_on_the_tiny_model(whole_dag, tiny_model_dir):
+    workdir, cfg, result = whole_dag.dir, copy.deepcopy(whole_dag.cfg), whole_dag.run
     assert result.returncode == 0, result.stderr[-4000:]
 
-    results = tmp_path / "results"
+    results = workdir / "results"
     report = (results / "report" / "report.md").read_text()
     assert "MeZO" in report and "Base model" in report and "4 (Base model: 8) samples per problem" in report
     assert (results / "report" / "report.html").exists() and (results / "report" / "passk_math.png").exists()
@@ -147,18 +173,42 @@ def test_whole_dag_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert f"- **Disk (results/):** peak {header['peak_disk_mb']:,.1f} MB, {header['results_disk_mb']:,.1f} MB " \
            "at collection." in report
 
-    rerun = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2")
+    rerun = snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--cores", "2")
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
     # One method's settings changed: its jobs rerun, and the base model's, the model, data, probe
     # and tracking jobs do not (they read no method's settings).
     cfg["methods"]["mezo"] = {**cfg["methods"]["mezo"], "steps": cfg["methods"]["mezo"]["steps"] + 1}
-    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(cfg))
-    planned = snakemake(tmp_path, "--configfile", str(tmp_path / "changed.yaml"), "-n", "--quiet", "rules")
+    (workdir / "changed.yaml").write_text(yaml.safe_dump(cfg))
+    planned = snakemake(workdir, "--configfile", str(workdir / "changed.yaml"), "-n", "--quiet", "rules")
     assert planned.returncode == 0, planned.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", planned.stdout, re.MULTILINE))
     assert counts == {"train": "3", "evaluate": "3", "collect": "1", "report": "1", "all": "1", "total": "9"}, \
         planned.stdout
     assert_unchanged("dag_base_mezo", results, tiny_model_dir)
+
+
+def test_the_whole_dag_ran_on_slurm_as_one_job_per_train_and_evaluate_with_its_gpus(whole_dag):
+    if whole_dag.jobs is None:
+        pytest.skip(whole_dag.local)
+    assert whole_dag.run.returncode == 0, whole_dag.run.stderr[-4000:]
+    gpus = {"base": "N/A", "mezo": "gres:gpu:2"}
+    assert {name: job["tres-per-job"] for name, job in whole_dag.jobs.items()} == {
+        "rule_probe": "gres:gpu:1",  # it measures a node like the jobs': one of the default `resources.gpus`
+        **{f"rule_{rule}_wildcards_{method}_{task}_0": gpus[method]
+           for rule in ("train", "evaluate") for method in gpus for task in TASKS},
+    }, "the probe and every train and evaluate job, and only those, ran as a SLURM job with its GPUs"
+    for name, job in whole_dag.jobs.items():
+        assert (job["State"], job["Account"], job["Partition"]) == \
+            ("COMPLETED", slurm_cluster.ACCOUNT, slurm_cluster.PARTITION), name
+        rule, _, wildcards = name.removeprefix("rule_").partition("_wildcards_")  # the probe has none
+        assert (whole_dag.dir / ".snakemake" / "slurm_logs" / f"rule_{rule}" / wildcards /
+                f"{job['JobID']}.log").exists()
+
+    logs = sorted((whole_dag.dir / "results" / "logs").glob("[te]*/*/*/seed0.log"))
+    assert len(logs) == len(whole_dag.jobs) - 1, "a log for every train and evaluate job"
+    for log in logs:
+        held = "holding GPU 0, 1 of 0, 1\n" in log.read_text()
+        assert held == (log.parent.parent.name == "mezo"), f"{log}: SLURM's GPUs are the ones the job holds"
 
 
 RL = ("grpo", "fgrpo")
@@ -168,6 +218,7 @@ OTHERS = {name: METHODS[name].test_settings for name in in_order() if name not i
 
 
 def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
+    """Every other method, cross-checked by lm-eval, then `snakemake --report` on the run."""
     cfg = {**tiny_config(tiny_model_dir, **OTHERS), "tasks": {"gsm8k": {"train_size": 8, "test_size": 2}}}
     cfg["evaluation"]["crosscheck"] = True  # lm-eval on every artifact kind: model, adapter, seed list, ensemble
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -192,7 +243,25 @@ def test_every_other_method_through_the_dag(tmp_path, tiny_model_dir):
             assert not check["applicable"], "a majority vote has no single model to hand to lm-eval"
         else:
             assert check["applicable"] and check["problems"] == 2, method
+            assert check["same_text"] == 2, f"{method}: lm-eval's greedy completions are not nograd's"
+            assert (tmp_path / "results" / "benchmarks" / "crosscheck" / method / "gsm8k" / "seed0.tsv").exists()
     assert_unchanged("dag_others", tmp_path / "results", tiny_model_dir)
+    assert all((tmp_path / "results" / "report" / name).is_file() for name in report_outputs(["gsm8k"]))
+
+    # After the run, `snakemake --report` builds the self-contained HTML: the report rule's tables and
+    # figures with their captions, the workflow's description and the rules' provenance.
+    html = tmp_path / "results" / "report" / "snakemake.html"
+    built = snakemake(tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--report", str(html))
+    assert built.returncode == 0, built.stderr[-4000:]
+    text = html.read_text()
+    assert "nograd: gradient-free LLM post-training against RL" in text, "the workflow description"
+    for name in ("report.html", "passk_gsm8k.png", "cost_gsm8k.png", "curves_gsm8k.png", "memory.png",
+                 "table_claims.csv", "table_crosscheck.csv"):
+        assert name in text, name
+    # docutils writes "@" as "&#64;".
+    for caption in ("(%) against k (log axis)", "Greedy accuracy (%) of each trained method", "One row per claim"):
+        assert caption in text, caption
+    assert "crosscheck" in text and "collect" in text, "the rules' provenance"
 
 
 def test_grpo_and_fgrpo_through_the_dag_on_every_task(tmp_path, tiny_model_dir, monkeypatch):

@@ -1,9 +1,9 @@
-"""The DAG on a real SLURM cluster through Snakemake's SLURM executor plugin and profiles/slurm: a
-single-node cluster (munged, slurmctld, slurmd, with two fake GPUs) started by the test, on which
-the tiny experiment must give exactly the local run's results (tests/fingerprint.py).
-
-Skips, saying why, only where SLURM cannot run here: its programs missing, not root, or daemons
-that do not come up (`make test` installs the programs where it can)."""
+"""A real single-node SLURM cluster (munged, slurmctld, slurmd, with two fake GPUs) that a test
+starts, and the DAG run through it with Snakemake's SLURM executor plugin and profiles/slurm, as a
+cluster's user runs it. tests/test_pipeline.py runs its whole tiny DAG through it where SLURM can
+start here, else with the local executor: either way the results are the golden ones
+(tests/fingerprint.py). SLURM cannot start where its programs are missing (`make test` installs
+them where it can), without root, or where a daemon does not come up: `started` says which."""
 
 from __future__ import annotations
 
@@ -13,20 +13,18 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterator
 
-import pytest
 import yaml
 
-from conftest import free_port, tiny_config
-from evals.tasks import TASKS
-from fingerprint import assert_unchanged
+from conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "squeue", "scancel", "unshare", "mount")
 PARTITION, ACCOUNT = "debug", "nograd"
-
 
 
 def tails(folder: Path, lines: int = 15) -> str:
@@ -84,17 +82,22 @@ PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP
     return etc / "slurm.conf"
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A running single-node cluster: its environment for clients (SLURM_CONF) and its partition."""
+class Unavailable(Exception):
+    """SLURM cannot start here; the message says why."""
+
+
+@contextmanager
+def started(root: Path) -> Iterator[SimpleNamespace]:
+    """A running single-node cluster in `root`: its environment for clients (SLURM_CONF), its
+    partition and its logs; stopped on leaving. Raises Unavailable, saying why, where SLURM cannot
+    start here."""
     missing = [name for name in PROGRAMS if shutil.which(name) is None]
     if missing:
-        pytest.skip(f"SLURM cannot start here: {', '.join(missing)} not installed (`make engines` installs them)")
+        raise Unavailable(f"{', '.join(missing)} not installed (`make engines` installs them)")
     if os.geteuid() != 0:
-        pytest.skip("SLURM cannot start here: slurmd must run as root to start jobs as their user")
+        raise Unavailable("slurmd must run as root to start jobs as their user")
     if not Path("/etc/slurm").is_dir():
-        pytest.skip("SLURM cannot start here: no /etc/slurm to mount the test cluster's config on")
-    root = tmp_path_factory.mktemp("slurm")
+        raise Unavailable("no /etc/slurm to mount the test cluster's config on")
     conf = write_config(root, socket.gethostname().split(".")[0])
     env = {**os.environ, "SLURM_CONF": str(conf)}
     key = root / "munge.key"
@@ -119,14 +122,13 @@ def slurm(tmp_path_factory):
         deadline = time.monotonic() + 60
         while True:
             if any(daemon.poll() is not None for daemon in daemons):
-                pytest.skip(f"SLURM cannot start here: a daemon exited\n{tails(root)}")
+                raise Unavailable(f"a daemon exited\n{tails(root)}")
             answer = subprocess.run(["srun", "--time=1", "hostname"], env=env, capture_output=True, text=True,
                                     timeout=30)
             if answer.returncode == 0:
                 break
             if time.monotonic() > deadline:
-                pytest.skip(f"SLURM cannot start here: `srun hostname` failed for 60 s: {answer.stderr.strip()}\n"
-                            f"{tails(root)}")
+                raise Unavailable(f"`srun hostname` failed for 60 s: {answer.stderr.strip()}\n{tails(root)}")
             time.sleep(1)
         yield SimpleNamespace(env=env, partition=PARTITION, logs=root)
     finally:
@@ -150,45 +152,20 @@ def slurm_jobs(env: dict) -> dict[str, dict]:
     return {row["Comment"]: row for row in rows if row["Comment"].startswith("rule_")}
 
 
-def test_the_tiny_dag_through_slurm_gives_the_local_runs_results(slurm, tmp_path, tiny_model_dir):
-    cfg = tiny_config(tiny_model_dir)
-    cfg["evaluation"]["samples_by_method"] = {"base": 8}
-    # No job sees `resources`, so the results stay the local run's: base on the CPU, MeZO on 2 GPUs.
-    cfg["resources"] = {"gpus_by_method": {"base": 0, "mezo": 2}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+def snakemake(cluster: SimpleNamespace, workdir: Path) -> subprocess.CompletedProcess:
+    """The DAG of `workdir`/config.yaml run from `workdir` through `cluster` with profiles/slurm, as a
+    cluster's user runs it (its two placeholders filled in)."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile["default-resources"].update(slurm_partition=slurm.partition, slurm_account=ACCOUNT)
-    (tmp_path / "profile").mkdir()
-    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
-    env = {k: v for k, v in slurm.env.items() if k not in ("CUDA_VISIBLE_DEVICES", "NOGRAD_DEVICE_LOCKS")}
-
-    result = subprocess.run(
+    profile["default-resources"].update(slurm_partition=cluster.partition, slurm_account=ACCOUNT)
+    (workdir / "profile").mkdir()
+    (workdir / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    env = {k: v for k, v in cluster.env.items() if k not in ("CUDA_VISIBLE_DEVICES", "NOGRAD_DEVICE_LOCKS")}
+    return subprocess.run(
         [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-         "--workflow-profile", str(tmp_path / "profile"), "--configfile", str(tmp_path / "config.yaml"),
+         "--workflow-profile", str(workdir / "profile"), "--configfile", str(workdir / "config.yaml"),
          # No slurmdbd here, so no sacct; a status check 1 s (not 40 s) after the last job ended; and
-         # the per-job SLURM logs of successful jobs kept, to be checked below.
+         # the per-job SLURM logs of successful jobs kept, to be checked.
          "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
          "--slurm-keep-successful-logs"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=900,
     )
-    assert result.returncode == 0, result.stderr[-4000:] + "\n" + tails(slurm.logs)
-
-    jobs = slurm_jobs(slurm.env)
-    gpus = {"base": "N/A", "mezo": "gres:gpu:2"}
-    assert {name: job["tres-per-job"] for name, job in jobs.items()} == {
-        "rule_probe": "gres:gpu:1",  # it measures a node like the jobs': one of the default `resources.gpus`
-        **{f"rule_{rule}_wildcards_{method}_{task}_0": gpus[method]
-           for rule in ("train", "evaluate") for method in gpus for task in TASKS},
-    }, "the probe and every train and evaluate job, and only those, ran as a SLURM job with its GPUs"
-    for name, job in jobs.items():
-        assert (job["State"], job["Account"], job["Partition"]) == ("COMPLETED", ACCOUNT, slurm.partition), name
-        rule, _, wildcards = name.removeprefix("rule_").partition("_wildcards_")  # the probe has none
-        assert (tmp_path / ".snakemake" / "slurm_logs" / f"rule_{rule}" / wildcards / f"{job['JobID']}.log").exists()
-
-    logs = sorted((tmp_path / "results" / "logs").glob("[te]*/*/*/seed0.log"))
-    assert len(logs) == len(jobs) - 1, "a log for every train and evaluate job"
-    for log in logs:
-        held = "holding GPU 0, 1 of 0, 1\n" in log.read_text()
-        assert held == (log.parent.parent.name == "mezo"), f"{log}: SLURM's GPUs are the ones the job holds"
-
-    assert_unchanged("dag_base_mezo", tmp_path / "results", tiny_model_dir)
