@@ -47,7 +47,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers.modeling_layers import GradientCheckpointingLayer
 
 from core.outputs import RESULTS, disk_mb
 
@@ -100,6 +99,10 @@ class Meters:
     def attach(self, model: torch.nn.Module) -> torch.nn.Module:
         """Hook the counters into a causal LM; returns the model for chaining. Models attached
         together (a policy and its reference model) all count until `detach`."""
+        # Imported here: the collect and report jobs use this module's cost figures and load no
+        # model, and this import is 2 s of theirs.
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
         self._handles.append(model.register_forward_pre_hook(self._on_forward, with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._on_output))
         self._handles.append(model.get_output_embeddings().register_forward_hook(self._on_logits))

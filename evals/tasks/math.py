@@ -11,6 +11,7 @@ single formula without words) are kept, so that grading means something.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -162,15 +163,23 @@ def champ_problem(item: dict[str, Any]) -> Problem:
     )
 
 
-def champ_split(split: str) -> tuple[list[Problem], Source]:
-    """One part of a fixed seeded split of the gradable CHAMP problems."""
+@functools.cache
+def champ_gradable() -> tuple[tuple[Problem, ...], int]:
+    """CHAMP's problems with a gradable answer, in the file's order, and how many problems it has:
+    read once per process (math-verify parses every answer, about 2 s), for both splits."""
     path = package_file("champ_dataset", "dataset_files/v0.json")
     items = json.loads(path.read_text(encoding="utf-8"))["problems"].values()
-    problems = [champ_problem(item) for item in items if _gradable(item["_raw_answer"], item["_answer"])]
+    return tuple(champ_problem(item) for item in items if _gradable(item["_raw_answer"], item["_answer"])), len(items)
+
+
+def champ_split(split: str) -> tuple[list[Problem], Source]:
+    """One part of a fixed seeded split of the gradable CHAMP problems."""
+    gradable, total = champ_gradable()
+    problems = list(gradable)
     train, test = seeded_split(problems, CHAMP_SEED, CHAMP_TEST_FRACTION)
     chosen = test if split == "test" else train
     note = (
-        f"CHAMP v0: {len(problems)} of {len(items)} problems have a gradable answer; seeded split, "
+        f"CHAMP v0: {len(problems)} of {total} problems have a gradable answer; seeded split, "
         f"seed {CHAMP_SEED}, {split} {len(chosen)} of {len(problems)}"
     )
     return chosen, Source("package", "champ-dataset", package_version("champ-dataset"), note)
