@@ -32,6 +32,8 @@ VOLATILE = re.compile(r"(_s|_mb|time|wall|memory|date|commit|hash|run_id|version
 """Keys whose values differ between two runs of the same code (`sandbox`: how the machine isolated
 code, which tests/test_pipeline.py checks apart)."""
 TIMED_TABLE = re.compile(r"\((s|MB)\)")
+DURATION = r"(\d+ h \d+ min|\d+ min \d+ s|[\d,.]+ s)"
+"""A time as the report writes it (reports/render.py `_duration`): '42 s', '1 min 05 s', '2 h 03 min'."""
 RELATIVE = 1e-6
 """How far two machines' float results may differ, relative: about ten fp32 roundings."""
 ABSOLUTE = {"projected_grad": 2e-3}
@@ -56,8 +58,8 @@ def _report(text: str, model: str) -> list[str]:
     text = re.sub(r"\b[0-9a-f]{40}(-dirty)?", "<commit>", text)
     text = re.sub(r"(?<![0-9a-f])[0-9a-f]{12}\b", "<hash>", text)
     text = re.sub(r"\d{4}-\d{2}-\d{2}", "<date>", text)
-    text = re.sub(r"[\d,.]+ s of training and evaluation jobs", "<seconds> of training and evaluation jobs", text)
-    text = re.sub(r"(Job time .*:\*\*) [\d,.]+ s", r"\1 <seconds>", text)
+    text = re.sub(DURATION + " of training and evaluation jobs", "<seconds> of training and evaluation jobs", text)
+    text = re.sub(r"(Job time .*:\*\*) " + DURATION, r"\1 <seconds>", text)
     text = re.sub(r"(Disk \(results/\):\*\* peak) [\d,.]+ MB, [\d,.]+ MB", r"\1 <MB>, <MB>", text)
     text = re.sub(r"(Code isolation:\*\*) .*", r"\1 <isolation>", text)
     text = re.sub(" {2,}", " ", re.sub("-{3,}", "---", text))
