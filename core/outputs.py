@@ -21,21 +21,31 @@ from typing import Any, Iterator
 
 @contextmanager
 def atomic_path(path: Path, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces `path`, on failure it is removed."""
+    """Yield a temporary path to write; on success it replaces `path`, on failure it is removed.
+
+    A file is written as a temporary file beside `path` (its suffix kept), so that once it is
+    renamed into place nothing of the write is left: a job killed just after the rename (when its
+    output has appeared) leaves no empty temporary folder behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    target = tmp if directory else tmp / path.name
-    try:
-        yield target
-        if directory:
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            yield tmp
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
-        else:
-            os.replace(target, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_dir(path: Path):

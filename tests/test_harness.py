@@ -1,6 +1,9 @@
 """The harness on its own: config validation, the generated schema, atomic outputs and meters."""
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,8 @@ from core.outputs import WORK, atomic_dir, finished, work_dir, write_json
 from evals.tasks import TASKS
 from jobs import validation
 from methods import METHODS, in_order
+
+REPO = Path(__file__).resolve().parent.parent
 
 MINIMAL = {"name": "t", "model": "m", "seeds": [0], "tasks": {"gsm8k": {}}, "methods": {"base": {}}}
 
@@ -97,6 +102,17 @@ def test_atomic_outputs_leave_nothing_when_interrupted(tmp_path):
     assert list((tmp_path / "out").iterdir()) == []
     write_json(tmp_path / "a.json", {"x": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "out"], "no temporary file left behind"
+
+
+def test_a_write_killed_as_its_file_appears_leaves_only_the_file(tmp_path):
+    """A killed DAG's first kill lands as a job's output appears (tests/test_killed.py): here the
+    process dies right after the rename, before any clean-up of its own could run."""
+    script = ("import os, sys\nfrom core import outputs\nrename = os.replace\n"
+              "os.replace = lambda a, b: (rename(a, b), os._exit(9))\n"
+              "outputs.write_json(sys.argv[1], {'x': 1})")
+    died = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.json")], cwd=REPO)
+    assert died.returncode == 9
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"], "no temporary file or folder left behind"
 
 
 def test_a_finished_jobs_work_directory_goes_and_only_unfinished_work_stays(tmp_path, monkeypatch):
