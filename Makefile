@@ -36,14 +36,12 @@ run: $(STAMP)
 	@echo "Snakemake: make snakemake-report   (results/report/snakemake.html, with provenance)"
 	@echo "MLflow UI: make mlflow-ui   (serves the runs, and prints the URL of their table)"
 
-# Side by side, each file on one worker (pytest-xdist; conftest.py hands out the longest files
-# first), one worker more than cores: a worker waiting on a SLURM status check, a server or a
-# browser leaves its core to the others (README, Tests). The environments and the Debian packages
-# are set up at once.
+# Side by side, one pytest worker per core, each file on one worker (pytest-xdist; conftest.py
+# hands out the longest files first). The environments and the Debian packages are set up at once.
 test:
 	$(MAKE) --no-print-directory --jobs=3 $(STAMP) $(VLLM_STAMP) engines
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder --durations=30
+	$(BIN)/pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=30
 
 # The CUDA paths (README, Tests), on a machine with a CUDA GPU; elsewhere each test skips and says why.
 test-gpu: $(STAMP)
