@@ -14,9 +14,8 @@ if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs t
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))  # a share of the cores each, not all
 
-# The files that take longest, longest first (seconds when run one after another, 2026-12-06:
-# 541, 252, 246, 217, 137, 108, 58, 54, 53, 48): side by side, a file to a worker (`make test`), a
-# long file that started last would hold the run open alone. The others follow in their own order.
+# The files that take longest, longest first (`make test` prints the slowest tests): side by side,
+# a file to a worker, a long file that started last would hold the run open alone. The others follow in their own order.
 LONGEST_FIRST = ("test_pipeline", "test_vllm_engine", "test_killed", "test_tracking", "test_plugins", "test_plan",
                  "test_report", "test_population_ray")
 

@@ -88,9 +88,9 @@ class Unavailable(Exception):
 
 @contextmanager
 def started(root: Path) -> Iterator[SimpleNamespace]:
-    """A running single-node cluster in `root`: its environment for clients (SLURM_CONF), its
-    partition and its logs; stopped on leaving. Raises Unavailable, saying why, where SLURM cannot
-    start here."""
+    """A running single-node cluster in `root` (its one partition `PARTITION`): its environment for
+    clients (SLURM_CONF) and its logs; stopped on leaving. Raises Unavailable, saying why, where
+    SLURM cannot start here."""
     missing = [name for name in PROGRAMS if shutil.which(name) is None]
     if missing:
         raise Unavailable(f"{', '.join(missing)} not installed (`make engines` installs them)")
@@ -130,7 +130,7 @@ def started(root: Path) -> Iterator[SimpleNamespace]:
             if time.monotonic() > deadline:
                 raise Unavailable(f"`srun hostname` failed for 60 s: {answer.stderr.strip()}\n{tails(root)}")
             time.sleep(1)
-        yield SimpleNamespace(env=env, partition=PARTITION, logs=root)
+        yield SimpleNamespace(env=env, logs=root)
     finally:
         if daemons:
             subprocess.run(["scancel", "--user", "root"], env=env, capture_output=True, timeout=30)
@@ -156,7 +156,7 @@ def snakemake(cluster: SimpleNamespace, workdir: Path) -> subprocess.CompletedPr
     """The DAG of `workdir`/config.yaml run from `workdir` through `cluster` with profiles/slurm, as a
     cluster's user runs it (its two placeholders filled in)."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile["default-resources"].update(slurm_partition=cluster.partition, slurm_account=ACCOUNT)
+    profile["default-resources"].update(slurm_partition=PARTITION, slurm_account=ACCOUNT)
     (workdir / "profile").mkdir()
     (workdir / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
     env = {k: v for k, v in cluster.env.items() if k not in ("CUDA_VISIBLE_DEVICES", "NOGRAD_DEVICE_LOCKS")}

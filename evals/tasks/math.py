@@ -174,8 +174,7 @@ def champ_gradable() -> tuple[tuple[Problem, ...], int]:
 
 def champ_split(split: str) -> tuple[list[Problem], Source]:
     """One part of a fixed seeded split of the gradable CHAMP problems."""
-    gradable, total = champ_gradable()
-    problems = list(gradable)
+    problems, total = champ_gradable()
     train, test = seeded_split(problems, CHAMP_SEED, CHAMP_TEST_FRACTION)
     chosen = test if split == "test" else train
     note = (
