@@ -131,6 +131,36 @@ def bf16_model(tiny_model_dir):
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
     return model
 
+def test_shared_noise_draws_a_recurring_shape_once_a_seed_for_the_bits_of_a_draw_per_tensor(tiny_model_dir,
+                                                                                           monkeypatch):
+    """Under "shared" noise (the ES methods' code) every tensor of a shape gets the same numbers, so a
+    pass draws each shape once a seed: the weights are those of drawing every tensor's noise afresh
+    and summing it into zeros, bit for bit."""
+    import core.perturb as perturb_module
+
+    model, _ = models.load(tiny_model_dir, "float32")
+    weights = trainable(model)
+    before = [w.detach().clone() for w in weights]
+    shapes = {w.shape for w in weights}
+    assert len(shapes) < len(weights), "the tiny model has no recurring shape to share"
+    draws = []
+    real_noise = perturb_module.noise
+    monkeypatch.setattr(perturb_module, "noise", lambda *args, **kw: draws.append(args[1]) or real_noise(*args, **kw))
+    terms = [(11, 1e-2), (12, -3e-3)]
+    combine_(weights, terms, "shared")
+    assert len(draws) == len(terms) * len(shapes)
+    for index, (moved, start) in enumerate(zip(weights, before)):
+        total = torch.zeros_like(start)
+        for seed, coef in terms:
+            total.add_(real_noise(start, seed, index, "shared"), alpha=coef)
+        assert torch.equal(moved, start + total), index
+    with moves(weights) as walk:
+        draws.clear()
+        walk.move([(13, 1e-2)], "shared")
+        walk.move([(14, 1e-2)], "shared")
+    assert len(draws) == 4 * len(shapes), "enter, leave and enter, leave: each a draw per shape"
+
+
 
 def test_a_mezo_step_in_bf16_moves_the_fp32_master_by_lr_g_z(tiny_model_dir):
     """MeZO's update lr g z (about 1e-6 per element) is far below half a bf16 ulp of these weights
