@@ -10,7 +10,13 @@ phases), measured in the same run, on the same model, shapes and engine. Their r
 of training time the forward passes take: 1.0 would be a method at inference speed (EGGROLL
 reports 0.91 for its evolution strategies).
 
-    python -m benchmarks.steps [--task gsm8k] [--methods mezo sazo ...] [--dtype float32]
+The quickstart's batches are a smoke test's (2 problems a step), where a draw of the model's noise
+costs as much as a few dozen decoding steps; `--batch N` runs every method with N problems a step
+(MeZO's and SAZO's batch, ESSAM's batch, RandOpt's support set, CoRP's support and probe sets), the
+rest of its settings as in the quickstart: the ratio at a shape nearer the papers' (MeZO's batch is
+16; the ES papers score members on 200 to 500 problems).
+
+    python -m benchmarks.steps [--task gsm8k] [--methods mezo sazo ...] [--dtype float32] [--batch 16]
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ METHODS = ("mezo", "sazo", "essam", "essam_f", "randopt", "corp")
 """The gradient-free methods whose steps are inference (issue 27): full-weight perturbations."""
 INFERENCE = ("generate", "forward", "heldout")
 """The meters' phases in which the model computes forward passes and nothing else."""
+PROBLEMS_PER_STEP = ("batch_size", "support_size", "probe_size")
+"""The settings that say how many problems a method's step rolls out or scores (`--batch`)."""
 
 
 def main() -> None:
@@ -43,12 +51,18 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
                         help="the weights' precision (default: the one `dtype: auto` chooses here)")
+    parser.add_argument("--batch", type=int,
+                        help="problems a step for every method (default: each method's quickstart setting)")
     args = parser.parse_args()
     torch.set_num_threads(machine.JOB_THREADS)
 
     embedded_model()  # the model converted once into results/model, as the DAG's model job does
     cfg = machine.resolve(load(REPO / "config" / "config.yaml"))[0]
     cfg = dataclasses.replace(cfg, dtype=args.dtype or cfg.dtype)
+    if args.batch:
+        cfg = dataclasses.replace(cfg, methods={
+            name: dataclasses.replace(settings, **{key: args.batch for key in PROBLEMS_PER_STEP if hasattr(settings, key)})
+            for name, settings in cfg.methods.items()})
     manifest = Path("results/model/manifest.json")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,7 +84,9 @@ def main() -> None:
                          f"{meters.get('time_update_s', 0.0):.1f}", f"{tokens:,}", f"{tokens / wall:.1f}",
                          f"{tokens / inference:.1f}" if inference else "—",
                          f"{inference / wall:.2f}" if wall else "—"])
-    write_table("steps", f"Training steps: each method's training job at config/config.yaml's settings on {args.task}, "
+    shape = f", {args.batch} problems a step" if args.batch else ""
+    write_table(f"steps-batch{args.batch}" if args.batch else "steps",
+                f"Training steps: each method's training job at config/config.yaml's settings{shape} on {args.task}, "
                 f"{cfg.dtype} weights, one thread, the job's own meters",
                 ["method", "training s", "forward passes s", "grading s", "the rest s", "tokens processed",
                  "training tokens/s", "inference tokens/s", "training / inference"], rows)
