@@ -51,7 +51,7 @@ JOB_THREADS = 1
 """Threads the precision probe times with: each job's (the Snakefile gives every job one core)."""
 ROLLOUT_ROWS = 8
 """Rows of the training rollout the precision probe decodes: a few prompts, a few samples of each
-(a GRPO group of the quickstart, 2 prompts x 4; a gradient-free member's batch is 4)."""
+(the quickstart's rollouts decode 2 to 4 rows: a GRPO group of 4, a gradient-free member's batch of 2)."""
 TRAINING_TOKENS = 256
 """Tokens of the loss forward the precision probe times: 4 sequences of 64."""
 PROMPT_TOKENS, DECODE_STEPS, REPEATS = 64, 4, 2
