@@ -93,7 +93,7 @@ class Scratch:
     def draw(self, like: torch.Tensor, seed: int, index: int, mode: NoiseMode) -> torch.Tensor:
         """`noise(like, seed, index, mode)`, to be read, not written: drawn into the buffer, or under
         "shared" noise for a recurring shape, drawn the first time and kept."""
-        if mode != "shared" or like.shape not in self.recurring:
+        if mode != "shared" or like.device != self.device or like.shape not in self.recurring:
             return noise(like, seed, index, mode, self.noise(like))
         key = (seed, like.shape)
         if key not in self.kept:
