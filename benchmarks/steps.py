@@ -60,9 +60,9 @@ def main() -> None:
     cfg = machine.resolve(load(REPO / "config" / "config.yaml"))[0]
     cfg = dataclasses.replace(cfg, dtype=args.dtype or cfg.dtype)
     if args.batch:
-        sized = lambda settings: {key: args.batch for key in PROBLEMS_PER_STEP if hasattr(settings, key)}  # noqa: E731
-        cfg = dataclasses.replace(cfg, methods={name: dataclasses.replace(settings, **sized(settings))
-                                                for name, settings in cfg.methods.items()})
+        cfg = dataclasses.replace(cfg, methods={
+            name: dataclasses.replace(settings, **{k: args.batch for k in PROBLEMS_PER_STEP if hasattr(settings, k)})
+            for name, settings in cfg.methods.items()})
     manifest = Path("results/model/manifest.json")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
