@@ -27,7 +27,8 @@ from typing import Any, Callable
 from core.task import Ungradable
 
 TIMEOUT_S = 10.0
-"""Wall-clock limit of one grading call: math-verify grades an ordinary answer in milliseconds."""
+"""Wall-clock limit of one grading call: math-verify grades an ordinary answer in milliseconds (the
+first call in a worker also imports it, about 1 s)."""
 STARTUP_S = 120.0
 """Time a new worker has to import the task modules and say it is ready."""
 READY = "ready\n"

@@ -121,6 +121,7 @@ def test_parsing_the_snakefile_imports_no_training_library(tmp_path):
                if line.startswith("import time:")}
     assert "jobs" in modules and "methods" in modules, "the import profile did not cover the Snakefile's imports"
     assert not training_libraries(modules), f"the parse imported {training_libraries(modules)}"
+    assert "math_verify" not in modules, "the parse imported math-verify (about 1 s), which only MATH's grading uses"
 
 
 def test_data_collect_and_report_jobs_import_no_training_library():

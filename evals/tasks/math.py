@@ -18,8 +18,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-
 from core.packages import package_file, package_version
 from core.task import (
     Attempt,
@@ -47,8 +45,6 @@ HENDRYCKS_SUBJECTS = (
 CHAMP_SEED = 0
 CHAMP_TEST_FRACTION = 0.5
 BOXED_OPENERS = ("\\boxed{", "\\fbox{")
-# Boxed answers first, as in open-r1's accuracy reward; a bare expression is the last resort.
-PREDICTION_CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
 
 
 def last_boxed(text: str) -> str | None:
@@ -79,12 +75,20 @@ def verified(answer: str, completion: str) -> bool:
     worker (`MATH.is_correct`), whose wall-clock limit bounds it: math-verify's own timeouts are
     off, so that an answer built to be slow (`\\boxed{9^{9^{9^{9}}}}`) ends as Ungradable and is
     counted, not quietly scored as wrong."""
-    predicted = parse(completion, extraction_config=PREDICTION_CONFIG, parsing_timeout=None)
+    # math-verify (with sympy, about 1 s) is imported where it grades: the Snakefile's parse and the
+    # jobs of other tasks import this module too, and never use it.
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    # Boxed answers first, as in open-r1's accuracy reward; a bare expression is the last resort.
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    predicted = parse(completion, extraction_config=config, parsing_timeout=None)
     return verify(parse(f"${answer}$", parsing_timeout=None), predicted, timeout_seconds=None)
 
 
 def parse_gold(answer: str) -> list:
     """A gold answer (LaTeX without delimiters) parsed by math-verify."""
+    from math_verify import parse
+
     return parse(f"${answer}$", parsing_timeout=_timeout())
 
 
