@@ -191,7 +191,8 @@ except NogradError:
 
 @pytest.mark.skipif(POSTGRES is None, reason="PostgreSQL's server is not installed (Debian: apt-get install "
                                               "postgresql; `make test` installs it where apt-get can)")
-def test_sixteen_writers_on_postgresql_through_the_server_and_directly_lose_nothing(tmp_path):
+def test_sixteen_writers_on_postgresql_through_the_server_and_directly_lose_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the experiment's artifacts go to results/mlartifacts here, not in the checkout
     port, database_port = free_port(), free_port()
     data = Path(tempfile.mkdtemp(prefix="nograd-pg-"))  # PostgreSQL's own user cannot enter pytest's tmp_path
     command = [sys.executable, "-m", "jobs.cli", "mlflow-server", "--data", str(data), "--port", str(port),
