@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import mlflow
+import psutil
 import pytest
 
 from conftest import free_port
@@ -142,21 +143,6 @@ def test_a_new_store_killed_while_mlflow_migrates_it_is_built_whole_by_the_rerun
     assert_nothing_lost(cfg.tracking_uri, cfg, 1)
 
 
-def descendants(pid: int) -> list[str]:
-    """The command lines of the processes under `pid`, however deep."""
-    children: dict[str, list[tuple[str, str]]] = {}
-    for line in subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True,
-                               check=True).stdout.splitlines():
-        child, parent, args = line.split(maxsplit=2)
-        children.setdefault(parent, []).append((child, args))
-    found, parents = [], [str(pid)]
-    while parents:
-        for child, args in children.get(parents.pop(), []):
-            found.append(args)
-            parents.append(child)
-    return found
-
-
 @contextmanager
 def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
     """`command` (a nograd command that serves MLflow on `port`) running until the block ends; its first line."""
@@ -173,7 +159,8 @@ def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
                 time.sleep(0.5)
         else:
             pytest.fail(f"{' '.join(command)} did not answer on port {port} within a minute")
-        runners = [line for line in descendants(process.pid) if "mlflow.server.jobs" in line]
+        commands = [" ".join(child.cmdline()) for child in psutil.Process(process.pid).children(recursive=True)]
+        runners = [command for command in commands if "mlflow.server.jobs" in command]
         assert not runners, f"the server started MLflow's job runner, which nograd never uses: {runners}"
         yield first
     finally:
