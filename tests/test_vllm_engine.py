@@ -27,6 +27,15 @@ PROMPTS = ["<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
     "<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n"]
 """The same prompt twice: its two requests must still draw different samples."""
 PARAMS = dict(n=5, temperature=1.0, top_p=0.95, max_new_tokens=12, seed=11, batch_size=64, greedy_first=True)
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+"""A 1 GiB KV cache on the CPU, and no usage report."""
+JOB_ENV = {**ENGINE_ENV, "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""How the jobs below run vLLM: on one core, as the Snakefile runs them, and with vLLM's engine core
+and its worker in the job's own process (its in-process mode, which vLLM's own tests use) rather
+than in two processes of their own that each import vLLM again. The ENGINE script below gave the
+same result either way, in 26 s against 45 s; this file took 183 s against 292 s. `engine_result`
+keeps vLLM's default, the engine in processes of its own as on a GPU, so the mirror's moves are
+still shown to cross a process boundary."""
 
 ENGINE = """
 import json, sys
@@ -84,7 +93,7 @@ def engine_result(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("vllm-engine")
     model = build_tiny_model(root / "model", heads=1)
     (root / "engine.py").write_text(ENGINE)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env = {**os.environ, **ENGINE_ENV, "PYTHONPATH": str(REPO)}
     done = subprocess.run([str(VLLM_PYTHON), str(root / "engine.py"), str(model), json.dumps(PROMPTS),
                            json.dumps(PARAMS)], capture_output=True, text=True, env=env, cwd=root, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -173,8 +182,7 @@ def test_the_engine_weights_return_bit_for_bit_after_a_population(engine_result)
 def run_job(command: str, method: str, config: Path, out: Path, *args: str) -> dict:
     """One DAG job (`nograd train` or `nograd evaluate`) of `method` on `Target`, seed 0, run in
     vLLM's environment as the Snakefile runs it; its metrics.json."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1",
-           "NOGRAD_PLUGINS": str(Path("target.py").resolve())}
+    env = {**os.environ, **JOB_ENV, "NOGRAD_PLUGINS": str(Path("target.py").resolve())}
     done = subprocess.run([str(VLLM_PYTHON), "-m", "jobs.cli", command, "--config", str(config), "--method", method,
                            "--task", "target", "--seed", "0", "--data", "results/data/target",
                            "--tracking", "results/tracking.json", "--out", str(out), *args],
@@ -292,7 +300,7 @@ def test_sampler_auto_chooses_the_engine_that_generated_faster_here(tmp_path):
            "sampler": "auto", "vllm_gpu_memory": 0.2, "seeds": [0], "tasks": {"gsm8k": {}},
            "methods": {"base": {}}}
     (tmp_path / "probe.yaml").write_text(yaml.safe_dump(raw))
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **JOB_ENV}
     done = subprocess.run([str(VLLM_PYTHON), "-m", "jobs.cli", "probe", "--config", "probe.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
