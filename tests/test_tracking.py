@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -159,8 +159,11 @@ def serving(command: list[str], port: int, cwd: Path) -> Iterator[str]:
                 time.sleep(0.5)
         else:
             pytest.fail(f"{' '.join(command)} did not answer on port {port} within a minute")
-        commands = [" ".join(child.cmdline()) for child in psutil.Process(process.pid).children(recursive=True)]
-        runners = [command for command in commands if "mlflow.server.jobs" in command]
+        runners = []
+        for child in psutil.Process(process.pid).children(recursive=True):
+            with suppress(psutil.NoSuchProcess):  # one that ended since it was listed runs nothing
+                if "mlflow.server.jobs" in (line := " ".join(child.cmdline())):
+                    runners.append(line)
         assert not runners, f"the server started MLflow's job runner, which nograd never uses: {runners}"
         yield first
     finally:
