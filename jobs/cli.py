@@ -16,7 +16,7 @@ from pathlib import Path
 
 # A job spends most of its start importing torch, transformers and MLflow (5-7 s on the 2-core CPU),
 # during which CPython's cycle collector, at its default threshold of 700 allocations, collects
-# about 1,500 times (8 of them over the whole heap, which grows to some 600,000 objects): about a
+# about 1,570 times (8 of them over the whole heap, which grows to about 635,000 objects): about a
 # sixth of the imports' time. Collections every 50,000 allocations instead (as mypy does) leave at
 # most that many objects' worth of cyclic garbage uncollected, against the model's hundreds of MB.
 gc.set_threshold(50_000)
